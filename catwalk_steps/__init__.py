@@ -1,0 +1,21 @@
+"""Tango steps that fine-tune and evaluate causal LMs as rank-classification models."""
+
+from .atomic import AtomicJsonFormat
+from .finetune import FinetuneStep
+from .metrics import CalculateMetricsStep, PrintMetricsStep
+from .predict import PredictStep
+from .tasks import MCInstance, MultipleChoiceTask, PiqaTask
+from .weights import FinetunedModel, FinetunedModelFormat
+
+__all__ = [
+    "AtomicJsonFormat",
+    "CalculateMetricsStep",
+    "FinetuneStep",
+    "FinetunedModel",
+    "FinetunedModelFormat",
+    "MCInstance",
+    "MultipleChoiceTask",
+    "PiqaTask",
+    "PredictStep",
+    "PrintMetricsStep",
+]

@@ -1,0 +1,146 @@
+"""Log-likelihood of continuations given contexts: the one computation that training and
+prediction share.
+
+Conventions follow lm-evaluation-harness so that numbers are comparable: a context's trailing
+whitespace moves to the continuation, the continuation's tokens are the tail of the encoded
+``context + continuation`` (not a separate encoding), an empty context becomes the EOS token, and
+over-long inputs are cut from the left.
+"""
+
+import inspect
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Sequence, Tuple
+
+import torch
+from tango.common.exceptions import ConfigurationError
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class Query:
+    """One (context, continuation) pair as token ids."""
+
+    context: Tuple[int, ...]
+    continuation: Tuple[int, ...]
+
+
+def encode_pair(tokenizer: PreTrainedTokenizerBase, context: str, continuation: str) -> Query:
+    stripped = context.rstrip()
+    continuation = context[len(stripped):] + continuation
+    context_ids = tokenizer.encode(stripped, add_special_tokens=False)
+    whole_ids = tokenizer.encode(stripped + continuation, add_special_tokens=False)
+    continuation_ids = whole_ids[len(context_ids):]
+    if not context_ids:
+        context_ids = [tokenizer.eos_token_id]
+    if not continuation_ids:
+        raise ValueError(f"Continuation {continuation!r} encodes to no tokens")
+    return Query(tuple(context_ids), tuple(continuation_ids))
+
+
+def model_input(query: Query, max_length: int) -> Tuple[List[int], List[int]]:
+    """The token ids fed to the model (left-truncated to ``max_length``) and the targets scored."""
+    if len(query.continuation) > max_length:
+        raise ConfigurationError(
+            f"A continuation of {len(query.continuation)} tokens does not fit the model's "
+            f"context window of {max_length} tokens"
+        )
+    tokens = (query.context + query.continuation)[-(max_length + 1):]
+    return list(tokens[:-1]), list(query.continuation)
+
+
+def collate_queries(queries: Sequence[Query], pad_token_id: int, max_length: int) -> Dict[str, torch.Tensor]:
+    """Left-padded inputs with explicit position ids, and right-aligned targets.
+
+    Left padding puts every continuation at the end of its row, so the model only has to produce
+    logits for the last ``targets.shape[1]`` positions.
+    """
+    pairs = [model_input(query, max_length) for query in queries]
+    width = max(len(inputs) for inputs, _ in pairs)
+    target_width = max(len(targets) for _, targets in pairs)
+    input_ids = torch.full((len(pairs), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(pairs), width), dtype=torch.long)
+    targets = torch.zeros((len(pairs), target_width), dtype=torch.long)
+    target_mask = torch.zeros((len(pairs), target_width), dtype=torch.bool)
+    for row, (inputs, continuation) in enumerate(pairs):
+        input_ids[row, width - len(inputs):] = torch.tensor(inputs)
+        attention_mask[row, width - len(inputs):] = 1
+        targets[row, target_width - len(continuation):] = torch.tensor(continuation)
+        target_mask[row, target_width - len(continuation):] = True
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "targets": targets,
+        "target_mask": target_mask,
+    }
+
+
+def _accepts_logits_to_keep(lm: PreTrainedModel) -> bool:
+    return "logits_to_keep" in inspect.signature(lm.forward).parameters
+
+
+def continuation_logliks(
+    lm: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    targets: torch.Tensor,
+    target_mask: torch.Tensor,
+) -> torch.Tensor:
+    """Summed log-likelihood of each row's targets, shape ``[batch]``.
+
+    Only the target positions get logits, and the target logit is gathered before normalising
+    (``logit - logsumexp``), so no ``[batch, length, vocab]`` log-softmax is ever materialised.
+    """
+    width = targets.shape[1]
+    kwargs = {"logits_to_keep": width} if _accepts_logits_to_keep(lm) else {}
+    logits = lm(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **kwargs
+    ).logits[:, -width:].float()
+    target_logits = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    token_logprobs = target_logits - logits.logsumexp(-1)
+    return token_logprobs.masked_fill(~target_mask, 0.0).sum(-1)
+
+
+def budget_batches(lengths: Sequence[int], max_batch_size: int, max_batch_tokens: int) -> Iterator[List[int]]:
+    """Indices grouped into batches, longest first, each within ``max_batch_size`` rows and
+    ``max_batch_tokens`` padded tokens. Longest first makes an out-of-memory show at once."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batch: List[int] = []
+    for index in order:
+        width = lengths[batch[0]] if batch else lengths[index]
+        if batch and (len(batch) == max_batch_size or (len(batch) + 1) * width > max_batch_tokens):
+            yield batch
+            batch = []
+        batch.append(index)
+    if batch:
+        yield batch
+
+
+@torch.inference_mode()
+def score_queries(
+    lm: PreTrainedModel,
+    queries: Sequence[Query],
+    *,
+    pad_token_id: int,
+    max_length: int,
+    max_batch_size: int,
+    max_batch_tokens: int,
+    progress=None,
+) -> List[float]:
+    """Summed log-likelihood of every query's continuation, in the order given.
+
+    ``progress`` (a tqdm bar) is advanced by the number of queries in each batch.
+    """
+    device = next(lm.parameters()).device
+    lengths = [len(model_input(query, max_length)[0]) for query in queries]
+    logliks: List[float] = [0.0] * len(queries)
+    for batch in budget_batches(lengths, max_batch_size, max_batch_tokens):
+        tensors = collate_queries([queries[i] for i in batch], pad_token_id, max_length)
+        values = continuation_logliks(lm, **{k: v.to(device) for k, v in tensors.items()})
+        for index, value in zip(batch, values.tolist()):
+            logliks[index] = value
+        if progress is not None:
+            progress.update(len(batch))
+    return logliks

@@ -1,0 +1,103 @@
+"""``catwalk::predict``: score every answer choice of a task split by log-likelihood."""
+
+from typing import Any, Dict, List, Optional, Union
+
+import torch
+from tango import Step
+from tango.common import Tqdm
+from tango.common.exceptions import ConfigurationError
+
+from .atomic import AtomicJsonFormat
+from .models.loading import ModelSpec, context_window
+from .models.scoring import encode_pair, score_queries
+from .tasks import MultipleChoiceTask
+from .weights import FinetunedModel
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` is CUDA when present, else CPU; anything else is taken as a torch device name."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as e:
+        raise ConfigurationError(f"Unknown device {device!r}: {e}")
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigurationError(f"device={device!r}, but no CUDA device is present")
+    return resolved
+
+
+@Step.register("catwalk::predict")
+class PredictStep(Step):
+    """Scores each choice of each instance of ``task``'s ``split`` with ``model``.
+
+    ``model`` is a spec (``rc::gpt2``) for a stock pretrained model, or the result of
+    ``catwalk::finetune``. The result is one JSON-safe record per instance: its id, gold label,
+    and per choice the summed log-likelihood, token count and character count, from which
+    :class:`CalculateMetricsStep` derives every metric without scoring again.
+
+    The device and the batching knobs change how fast, not what, so they are not in the cache
+    key (batching can move a log-likelihood by ~1e-6 through padding, never a prediction).
+    """
+
+    VERSION = "cw1"
+    FORMAT = AtomicJsonFormat()
+    SKIP_ID_ARGUMENTS = {"device", "max_batch_size", "max_batch_tokens"}
+
+    def run(  # type: ignore[override]
+        self,
+        model: Union[str, FinetunedModel],
+        task: MultipleChoiceTask,
+        *,
+        split: str = "validation",
+        limit: Optional[int] = None,
+        tokenizer: Optional[str] = None,
+        device: str = "auto",
+        max_batch_size: int = 32,
+        max_batch_tokens: int = 16384,
+    ) -> List[Dict[str, Any]]:
+        """
+        :param limit: score only the first ``limit`` instances.
+        :param tokenizer: for a model spec, the tokenizer if not the model's own.
+        :param device: ``"auto"`` (CUDA if present, else CPU), or a torch device such as ``"cuda:1"``.
+        :param max_batch_size: most queries (context, continuation pairs) in one forward pass.
+        :param max_batch_tokens: most padded tokens in one forward pass.
+        """
+        if max_batch_size < 1 or max_batch_tokens < 1:
+            raise ConfigurationError("max_batch_size and max_batch_tokens must be positive")
+        torch_device = resolve_device(device)
+        if isinstance(model, FinetunedModel):
+            spec, state_dict = model.spec, model.state_dict
+        else:
+            spec, state_dict = ModelSpec.parse(model, tokenizer=tokenizer), None
+        tok = spec.load_tokenizer()
+        instances = task.instances(split, limit)
+        queries = [encode_pair(tok, i.context, c) for i in instances for c in i.continuations]
+
+        lm = spec.load_model(state_dict).to(torch_device).eval()
+        self.logger.info("Scoring %d choices of %d instances on %s", len(queries), len(instances), torch_device)
+        with Tqdm.tqdm(total=len(queries), desc="Log-likelihood queries") as progress:
+            logliks = score_queries(
+                lm,
+                queries,
+                pad_token_id=tok.pad_token_id,
+                max_length=context_window(lm.config),
+                max_batch_size=max_batch_size,
+                max_batch_tokens=max_batch_tokens,
+                progress=progress,
+            )
+
+        predictions, position = [], 0
+        for instance in instances:
+            count = len(instance.continuations)
+            predictions.append(
+                {
+                    "id": instance.id,
+                    "label": instance.label,
+                    "logliks": logliks[position:position + count],
+                    "num_tokens": [len(q.continuation) for q in queries[position:position + count]],
+                    "num_chars": [len(c) for c in instance.continuations],
+                }
+            )
+            position += count
+        return predictions

@@ -1,0 +1,83 @@
+"""Builds the offline demo: a PIQA-format data set and a tiny GPT-2 with its own tokenizer.
+
+No network is needed anywhere: the data comes from templates, the byte-level BPE tokenizer is
+trained on that data, and the model is a randomly initialised 2-layer GPT-2. Each goal names an
+action and the right solution names the tool for it, so a fine-tuned model can learn what a
+random one cannot guess: fine-tuning should beat the ~50% zero-shot baseline clearly.
+
+    python -m catwalk_steps.tiny data/tiny
+"""
+
+import argparse
+import json
+import random
+from pathlib import Path
+from typing import Dict, List
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+TOOLS = {
+    "cut": "a sharp knife", "dry": "a clean towel", "heat": "the stove", "cool": "the fridge",
+    "wash": "soap and water", "fix": "some strong glue", "light": "a match", "unlock": "the key",
+    "measure": "a ruler", "tighten": "a wrench", "sweep": "a broom", "water": "a garden hose",
+    "paint": "a soft brush", "sharpen": "a whetstone", "stir": "a wooden spoon", "carry": "a big bag",
+}
+OBJECTS = [
+    "the bread", "the box", "the floor", "the shirt", "the soup", "the door", "the table",
+    "the plant", "the fence", "the candle", "the chair", "the pipe", "the board", "the pan",
+    "the window", "the rope", "the bottle", "the lamp", "the cake", "the wall",
+]
+GOALS = ["How do I {action} {object}?", "To {action} {object}, what should I do?", "Best way to {action} {object}?"]
+SOLUTIONS = ["Use {tool}.", "Take {tool} and do it.", "Get {tool} first."]
+EOS = "<|endoftext|>"
+
+
+def make_rows(count: int, rng: random.Random) -> List[Dict]:
+    rows = []
+    for _ in range(count):
+        action = rng.choice(sorted(TOOLS))
+        wrong = rng.choice(sorted(set(TOOLS) - {action}))
+        template = rng.choice(SOLUTIONS)
+        right_sol, wrong_sol = template.format(tool=TOOLS[action]), template.format(tool=TOOLS[wrong])
+        label = rng.randrange(2)
+        sols = [right_sol, wrong_sol] if label == 0 else [wrong_sol, right_sol]
+        goal = rng.choice(GOALS).format(action=action, object=rng.choice(OBJECTS))
+        rows.append({"goal": goal, "sol1": sols[0], "sol2": sols[1], "label": label})
+    return rows
+
+
+def build_tokenizer(texts: List[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tokenizer.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=EOS)
+
+
+def build(out: Path, train_size: int = 512, validation_size: int = 128, seed: int = 0) -> None:
+    rng = random.Random(seed)
+    splits = {"train": make_rows(train_size, rng), "validation": make_rows(validation_size, rng)}
+    out.mkdir(parents=True, exist_ok=True)
+    for split, rows in splits.items():
+        (out / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    texts = [f"Question: {r['goal']}\nAnswer: {r[s]}" for r in splits["train"] for s in ("sol1", "sol2")]
+    tokenizer = build_tokenizer(texts, vocab_size=512)
+    tokenizer.save_pretrained(out / "model")
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_positions=64, n_embd=64, n_layer=2, n_head=2,
+        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    GPT2LMHeadModel(config).save_pretrained(out / "model")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="directory for train.jsonl, validation.jsonl and model/")
+    build(parser.parse_args().out)

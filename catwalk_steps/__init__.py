@@ -1,5 +1,6 @@
 """Tango steps that fine-tune and evaluate causal LMs as rank-classification models."""
 
+from . import compat  # noqa: F401  (patches Tango; must come first)
 from .atomic import AtomicJsonFormat
 from .finetune import FinetuneStep
 from .metrics import CalculateMetricsStep, PrintMetricsStep

@@ -6,11 +6,10 @@ every ``world_size``-th example of it. Validation shards are padded with zero-we
 instead of the repeated real samples of ``DistributedSampler``, so the accuracy is exact.
 """
 
-import math
 from typing import Any, Dict, Iterator, Optional, Sequence
 
 import torch.distributed as dist
-from torch.utils.data import Dataset, DistributedSampler, Sampler
+from torch.utils.data import Dataset, DistributedSampler
 
 
 def _world() -> "tuple[int, int]":
@@ -41,7 +40,7 @@ class GlobalOrderSampler(DistributedSampler):
         return super().__iter__()
 
 
-class PaddedShardSampler(Sampler[int]):
+class PaddedShardSampler(DistributedSampler):
     """In-order shards of equal length; indices past the data are padding (see :class:`PaddedDataset`).
 
     Every rank must run the same number of validation batches, because ``forward()`` sums
@@ -49,14 +48,11 @@ class PaddedShardSampler(Sampler[int]):
     """
 
     def __init__(self, dataset: Sequence, data_source: Any = None) -> None:
-        self.world_size, self.rank = _world()
-        self.total = math.ceil(len(dataset) / self.world_size) * self.world_size
+        world_size, rank = _world()
+        super().__init__(dataset, num_replicas=world_size, rank=rank, shuffle=False)
 
     def __iter__(self) -> Iterator[int]:
-        return iter(range(self.rank, self.total, self.world_size))
-
-    def __len__(self) -> int:
-        return self.total // self.world_size
+        return iter(range(self.rank, self.total_size, self.num_replicas))
 
 
 class PaddedDataset(Dataset):

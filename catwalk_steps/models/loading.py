@@ -60,7 +60,7 @@ class ModelSpec:
     def load_model(self, state_dict: Optional[Dict[str, torch.Tensor]] = None) -> PreTrainedModel:
         """The pretrained model, with ``state_dict`` (e.g. fine-tuned weights) loaded strictly over it."""
         model = AutoModelForCausalLM.from_pretrained(
-            self._source(self.pretrained), config=self.load_config(), torch_dtype=torch.float32
+            self._source(self.pretrained), config=self.load_config(), dtype=torch.float32
         )
         if state_dict is not None:
             load_state_dict_strictly(model, state_dict)

@@ -1,0 +1,37 @@
+from pathlib import Path
+
+import pytest
+from tango.common.logging import initialize_logging, teardown_logging
+from tango.workspaces import LocalWorkspace
+
+from catwalk_steps import PiqaTask
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = REPO / "data" / "tiny"
+TINY_MODEL = f"rc::{TINY / 'model'}"
+NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tango_logging():
+    # DDP workers send their logs to the main process over a socket that this sets up.
+    initialize_logging()
+    yield
+    teardown_logging()
+
+
+@pytest.fixture
+def tiny_task() -> PiqaTask:
+    return PiqaTask(data_files={"train": str(TINY / "train.jsonl"), "validation": str(TINY / "validation.jsonl")})
+
+
+@pytest.fixture
+def workspace(tmp_path) -> LocalWorkspace:
+    return LocalWorkspace(tmp_path / "workspace")
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    import json
+
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path

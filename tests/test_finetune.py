@@ -1,0 +1,95 @@
+import os
+
+import pytest
+import torch
+from tango.common.exceptions import ConfigurationError
+from tango.workspaces import LocalWorkspace
+
+from catwalk_steps import FinetunedModel, FinetuneStep, PredictStep
+
+from .conftest import NO_DROPOUT, TINY_MODEL
+
+TRAINING = dict(
+    model=TINY_MODEL,
+    batch_size=16,
+    train_epochs=3,
+    learning_rate=1e-3,
+    config_overrides=NO_DROPOUT,
+)
+
+
+def finetune_step(task, device_count: int, **overrides) -> FinetuneStep:
+    return FinetuneStep(tasks=[task], device_count=device_count, step_name="finetune", **{**TRAINING, **overrides})
+
+
+def predictions(model, task, workspace):
+    return PredictStep(model=model, task=task, step_name="predict").result(workspace)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory, request):
+    """One single-process fine-tuning run, shared by the tests below."""
+    from catwalk_steps import PiqaTask
+    from .conftest import TINY
+
+    task = PiqaTask(data_files={"train": str(TINY / "train.jsonl"), "validation": str(TINY / "validation.jsonl")})
+    workspace = LocalWorkspace(tmp_path_factory.mktemp("single"))
+    step = finetune_step(task, device_count=1)
+    return task, workspace, step, step.result(workspace)
+
+
+def test_result_is_a_cpu_state_dict_that_loads_strictly(single):
+    _, workspace, step, result = single
+    assert isinstance(result, FinetunedModel)
+    assert all(t.device.type == "cpu" for t in result.state_dict.values())
+    cached = LocalWorkspace(workspace.dir).step_cache[step]  # a fresh workspace reads from disk
+    assert cached is not result
+    fresh = cached.spec.load_model()
+    fresh.load_state_dict(cached.state_dict, strict=True)
+    assert result.training_metrics["val_acc"] > 0.6
+
+
+def test_predictions_from_training_and_from_cache_are_identical(single):
+    task, workspace, step, from_training = single
+    from_cache = LocalWorkspace(workspace.dir).step_cache[step]
+    predict = PredictStep(model=step, task=task, step_name="predict")
+    assert predict.run(model=from_cache, task=task) == predict.run(model=from_training, task=task)
+
+
+@pytest.mark.ddp
+def test_two_processes_train_the_same_model_as_one(single, tmp_path):
+    task, workspace, step, result = single
+    ddp_step = finetune_step(task, device_count=2)
+    assert ddp_step.unique_id == step.unique_id
+    ddp_result = ddp_step.result(LocalWorkspace(tmp_path))
+
+    assert ddp_result.training_metrics == result.training_metrics
+    worst = max((ddp_result.state_dict[k] - t).abs().max().item() for k, t in result.state_dict.items())
+    print(f"largest weight difference between 1 and 2 processes: {worst:.2e}")
+    assert worst < 1e-3, f"weights differ by up to {worst}"
+
+    ours, theirs = predictions(step, task, workspace), predictions(ddp_step, task, LocalWorkspace(tmp_path))
+    assert [p["id"] for p in ours] == [p["id"] for p in theirs]
+    for a, b in zip(ours, theirs):
+        assert a["logliks"] == pytest.approx(b["logliks"], rel=1e-3)
+        assert max(range(2), key=lambda i: a["logliks"][i]) == max(range(2), key=lambda i: b["logliks"][i])
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(batch_size=15, device_count=2), "batch_size=15 must be divisible by device_count\\*grad_accum=2"),
+        (dict(device_count=(os.cpu_count() or 1) + 1), "CPU workers, but only"),
+        (dict(device_count=0), "device_count must be at least 1"),
+        (dict(batch_size=0), "batch_size must be at least 1"),
+        (dict(learning_rate=-1.0), "learning_rate must be positive"),
+        (dict(device="tpu"), "device must be 'auto', 'cuda' or 'cpu'"),
+        (dict(model="gpt2"), "Unknown model spec 'gpt2'"),
+        (dict(train_limit=8), "8 training instances make no batch of 16"),
+    ],
+)
+def test_bad_settings_fail_before_training(tiny_task, workspace, overrides, message):
+    settings = {**TRAINING, "device_count": 1, **overrides}
+    step = FinetuneStep(tasks=[tiny_task], step_name="finetune", **settings)
+    with pytest.raises(ConfigurationError, match=message):
+        step.result(workspace)

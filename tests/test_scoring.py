@@ -1,0 +1,75 @@
+import pytest
+import torch
+
+from catwalk_steps.models.loading import ModelSpec
+from catwalk_steps.models.scoring import Query, budget_batches, encode_pair, score_queries
+
+from .conftest import TINY_MODEL
+
+PAIRS = [
+    ("Question: How do I cut the bread?\nAnswer:", " Use a sharp knife."),
+    ("Question: How do I cut the bread?\nAnswer:", " Use the fridge."),
+    ("Question: To light the candle, what should I do?\nAnswer: ", "Get a match first."),
+    ("", "Take the key and do it."),
+    ("Best way to sweep the floor?", " Use a broom."),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    spec = ModelSpec.parse(TINY_MODEL)
+    return spec.load_tokenizer(), spec.load_model().eval()
+
+
+def direct_loglik(lm, tokenizer, context: str, continuation: str) -> float:
+    """One unpadded forward pass per pair, log-softmax over the whole vocabulary."""
+    context_ids = tokenizer.encode(context.rstrip()) or [tokenizer.eos_token_id]
+    whole = tokenizer.encode(context.rstrip() + context[len(context.rstrip()):] + continuation)
+    continuation_ids = whole[len(tokenizer.encode(context.rstrip())):]
+    ids = torch.tensor([context_ids + continuation_ids])
+    with torch.no_grad():
+        logprobs = lm(ids).logits.log_softmax(-1)[0, :-1]
+    targets = ids[0, 1:][-len(continuation_ids):]
+    return logprobs[-len(continuation_ids):].gather(-1, targets[:, None]).sum().item()
+
+
+def test_logliks_equal_a_direct_computation(tiny):
+    tokenizer, lm = tiny
+    queries = [encode_pair(tokenizer, c, x) for c, x in PAIRS]
+    ours = score_queries(lm, queries, pad_token_id=tokenizer.pad_token_id, max_length=64, max_batch_size=3, max_batch_tokens=10**6)
+    expected = [direct_loglik(lm, tokenizer, c, x) for c, x in PAIRS]
+    assert ours == pytest.approx(expected, abs=1e-5)
+
+
+def test_batching_does_not_change_logliks(tiny):
+    tokenizer, lm = tiny
+    queries = [encode_pair(tokenizer, c, x) for c, x in PAIRS]
+    kwargs = dict(pad_token_id=tokenizer.pad_token_id, max_length=64)
+    one_by_one = score_queries(lm, queries, max_batch_size=1, max_batch_tokens=10**6, **kwargs)
+    by_budget = score_queries(lm, queries, max_batch_size=100, max_batch_tokens=40, **kwargs)
+    assert by_budget == pytest.approx(one_by_one, abs=1e-5)
+
+
+def test_trailing_context_whitespace_moves_to_the_continuation(tiny):
+    tokenizer, _ = tiny
+    assert encode_pair(tokenizer, "Answer: ", "yes") == encode_pair(tokenizer, "Answer:", " yes")
+    assert encode_pair(tokenizer, "", "yes").context == (tokenizer.eos_token_id,)
+
+
+def test_long_inputs_are_cut_from_the_left(tiny):
+    tokenizer, lm = tiny
+    long_context = " ".join(["the box"] * 100)
+    query = encode_pair(tokenizer, long_context, " Use a broom.")
+    assert len(query.context) + len(query.continuation) > 64
+    kwargs = dict(pad_token_id=tokenizer.pad_token_id, max_length=64, max_batch_size=8, max_batch_tokens=4096)
+    truncated = Query(query.context[-(64 + 1 - len(query.continuation)):], query.continuation)
+    assert score_queries(lm, [query], **kwargs) == pytest.approx(score_queries(lm, [truncated], **kwargs), abs=1e-6)
+
+
+def test_budget_batches_cover_everything_longest_first_within_budget():
+    lengths = [5, 40, 12, 40, 3, 7, 30, 1]
+    batches = list(budget_batches(lengths, max_batch_size=3, max_batch_tokens=80))
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    assert all(len(b) <= 3 and len(b) * max(lengths[i] for i in b) <= 80 for b in batches)
+    assert [lengths[i] for i in batches[0]] == [40, 40]
+    assert list(budget_batches([100], max_batch_size=4, max_batch_tokens=10)) == [[0]]

@@ -1,0 +1,63 @@
+import pytest
+from tango.common.det_hash import det_hash
+from tango.common.exceptions import ConfigurationError
+
+from catwalk_steps import MultipleChoiceTask, PiqaTask
+from catwalk_steps.tasks import DataError
+
+from .conftest import write_jsonl
+
+ROWS = [
+    {"goal": "Keep a door open", "sol1": "Use a doorstop.", "sol2": "Use a feather.", "label": 0},
+    {"goal": "Dry wet shoes", "sol1": "Put them in the freezer.", "sol2": "Stuff them with newspaper.", "label": 1},
+]
+
+
+def test_piqa_rows_become_lm_eval_style_instances(tmp_path):
+    task = PiqaTask(data_files={"validation": str(write_jsonl(tmp_path / "v.jsonl", ROWS))})
+    first, second = task.instances("validation")
+    assert first.context == "Question: Keep a door open\nAnswer:"
+    assert first.continuations == [" Use a doorstop.", " Use a feather."]
+    assert (first.label, second.label) == (0, 1)
+    assert second.id == "validation/1"
+    assert len(task.instances("validation", limit=1)) == 1
+
+
+def test_piqa_is_registered_by_name():
+    assert isinstance(MultipleChoiceTask.by_name("piqa")(), PiqaTask)
+    assert PiqaTask().hub_id == "baber/piqa"
+
+
+@pytest.mark.parametrize(
+    "bad_row, message",
+    [
+        ({"goal": "g", "sol1": "a", "label": 0}, "row 2: field 'sol2' is missing"),
+        ({"goal": "", "sol1": "a", "sol2": "b", "label": 0}, "row 2: field 'goal' is missing"),
+        ({"goal": "g", "sol1": "a", "sol2": "b", "label": 2}, "row 2: field 'label' must be in [0, 1], got 2"),
+        ({"goal": "g", "sol1": "a", "sol2": "b", "label": -1}, "row 2: field 'label' must be in [0, 1], got -1"),
+    ],
+)
+def test_bad_rows_name_file_row_and_field(tmp_path, bad_row, message):
+    path = write_jsonl(tmp_path / "bad.jsonl", [ROWS[0], bad_row])
+    with pytest.raises(DataError) as error:
+        PiqaTask(data_files={"train": str(path)}).instances("train")
+    assert str(path) in str(error.value)
+    assert message in str(error.value)
+
+
+def test_missing_data_file_and_split_are_configuration_errors(tmp_path):
+    with pytest.raises(ConfigurationError, match="not found"):
+        PiqaTask(data_files={"train": str(tmp_path / "nope.jsonl")})
+    task = PiqaTask(data_files={"train": str(write_jsonl(tmp_path / "t.jsonl", ROWS))})
+    with pytest.raises(ConfigurationError, match="no data file for split 'validation'"):
+        task.instances("validation")
+
+
+def test_cache_key_follows_file_contents_not_paths(tmp_path):
+    a = write_jsonl(tmp_path / "a.jsonl", ROWS)
+    b = write_jsonl(tmp_path / "b.jsonl", ROWS)
+    edited = write_jsonl(tmp_path / "c.jsonl", ROWS[:1])
+    key = det_hash(PiqaTask(data_files={"train": str(a)}))
+    assert det_hash(PiqaTask(data_files={"train": str(b)})) == key
+    assert det_hash(PiqaTask(data_files={"train": str(edited)})) != key
+    assert det_hash(PiqaTask()) != det_hash(PiqaTask(revision="main"))

@@ -147,12 +147,16 @@ class FinetuneStep(TorchTrainStep):
                 raise ConfigurationError(f"{name} must be at least 1, got {value}")
         if learning_rate <= 0:
             raise ConfigurationError(f"learning_rate must be positive, got {learning_rate}")
+        devices = training_devices(device, device_count)
         if batch_size % (device_count * grad_accum):
             raise ConfigurationError(
                 f"batch_size={batch_size} must be divisible by device_count*grad_accum={device_count * grad_accum}"
             )
-        devices = training_devices(device, device_count)
         spec = ModelSpec.parse(model, tokenizer=tokenizer, config_overrides=config_overrides or {})
+        self.logger.info(
+            "Training on %s with %d DDP worker%s", "cpu" if devices[0] < 0 else "cuda", device_count,
+            "s" if device_count > 1 else "",
+        )
         tok = spec.load_tokenizer()
         max_length = context_window(spec.load_config())
 

@@ -1,0 +1,71 @@
+"""`tango run` on the offline demo, in a subprocess, exactly as a user runs it."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tango.workspaces import LocalWorkspace
+
+from .conftest import REPO
+
+pytestmark = pytest.mark.e2e
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+TANGO = str(Path(sys.executable).with_name("tango"))
+
+
+def tango_run(config: str, workspace: Path, name: str) -> str:
+    started = time.perf_counter()
+    done = subprocess.run(
+        [TANGO, "run", config, "-w", str(workspace), "--name", name],
+        cwd=REPO,
+        env={**os.environ, **OFFLINE, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    print(f"tango run {config} ({name}): {time.perf_counter() - started:.1f} s")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
+def metrics(workspace: Path, run: str):
+    ws = LocalWorkspace(workspace)
+    return {kind: ws.step_result_for_run(run, f"metrics_{kind}") for kind in ("zero_shot", "finetuned")}
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    workspace = tmp_path_factory.mktemp("e2e") / "workspace"
+    return workspace, tango_run("configs/piqa_tiny.jsonnet", workspace, "first")
+
+
+def test_demo_fine_tuning_beats_zero_shot_and_prints_the_table(first_run):
+    workspace, output = first_run
+    results = metrics(workspace, "first")
+    assert results["finetuned"]["count"] == results["zero_shot"]["count"] == 128
+    assert results["finetuned"]["acc"] > results["zero_shot"]["acc"] + 0.2
+    assert "piqa-tiny/fine-tuned" in output and "piqa-tiny/zero-shot" in output
+    assert f"{results['finetuned']['acc']:.4f}" in output
+
+
+def test_second_run_is_all_cache_hits(first_run):
+    workspace, _ = first_run
+    output = tango_run("configs/piqa_tiny.jsonnet", workspace, "second")
+    started = [line for line in output.splitlines() if "Starting step" in line]
+    assert started == ['● Starting step "results"...'], started  # the uncached table only
+    assert "Training" not in output
+    assert metrics(workspace, "second") == metrics(workspace, "first")
+
+
+@pytest.mark.ddp
+def test_two_process_run_gives_the_same_metrics_and_cache_key(first_run, tmp_path):
+    workspace, _ = first_run
+    output = tango_run("configs/piqa_tiny_ddp.jsonnet", tmp_path / "ddp", "ddp")
+    assert "Training on cpu with 2 DDP workers" in output
+    assert metrics(tmp_path / "ddp", "ddp") == metrics(workspace, "first")
+    # Same cache key: in the first workspace, the 2-process config trains nothing.
+    reuse = tango_run("configs/piqa_tiny_ddp.jsonnet", workspace, "ddp-reuse")
+    assert 'Starting step "finetune"' not in reuse

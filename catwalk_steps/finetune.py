@@ -70,7 +70,7 @@ def tokenized_examples(tokenizer, instances: List[MCInstance], desc: str) -> Lis
         {
             "queries": [
                 (list(query.context), list(query.continuation))
-                for query in (encode_pair(tokenizer, instance.context, c) for c in instance.continuations)
+                for query in (encode_pair(tokenizer, context, c) for context, c in instance.pairs())
             ],
             "label": instance.label,
         }

@@ -72,7 +72,7 @@ class PredictStep(Step):
             spec, state_dict = ModelSpec.parse(model, tokenizer=tokenizer), None
         tok = spec.load_tokenizer()
         instances = task.instances(split, limit)
-        queries = [encode_pair(tok, i.context, c) for i in instances for c in i.continuations]
+        queries = [encode_pair(tok, context, c) for i in instances for context, c in i.pairs()]
 
         lm = spec.load_model(state_dict).to(torch_device).eval()
         self.logger.info("Scoring %d choices of %d instances on %s", len(queries), len(instances), torch_device)

@@ -61,3 +61,20 @@ def test_cache_key_follows_file_contents_not_paths(tmp_path):
     assert det_hash(PiqaTask(data_files={"train": str(b)})) == key
     assert det_hash(PiqaTask(data_files={"train": str(edited)})) != key
     assert det_hash(PiqaTask()) != det_hash(PiqaTask(revision="main"))
+
+
+def test_hub_loading_asks_datasets_for_the_hub_id_split_and_revision(monkeypatch):
+    import datasets
+
+    calls = []
+
+    def fake_load_dataset(path, name=None, **kwargs):
+        calls.append((path, name, kwargs))
+        return datasets.Dataset.from_list(ROWS)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    instances = PiqaTask(revision="abc123").instances("validation")
+    assert calls == [("baber/piqa", None, {"split": "validation", "revision": "abc123"})]
+    assert [i.label for i in instances] == [0, 1]
+    with pytest.raises(ConfigurationError, match="unknown split 'test'"):
+        PiqaTask().instances("test")

@@ -1,4 +1,4 @@
-from .task import MCInstance, MultipleChoiceTask
+from .task import MCInstance, MultipleChoiceTask, Row
 
 
 @MultipleChoiceTask.register("piqa")
@@ -13,10 +13,10 @@ class PiqaTask(MultipleChoiceTask):
 
     HUB_ID = "baber/piqa"
 
-    def row_to_instance(self, field, instance_id: str) -> MCInstance:
+    def row_to_instance(self, row: Row, instance_id: str) -> MCInstance:
         return MCInstance(
             id=instance_id,
-            context=f"Question: {field('goal')}\nAnswer:",
-            continuations=[" " + field("sol1"), " " + field("sol2")],
-            label=field("label", int),
+            context=f"Question: {row.get('goal')}\nAnswer:",
+            continuations=[" " + row.get("sol1"), " " + row.get("sol2")],
+            label=row.get("label", int),
         )

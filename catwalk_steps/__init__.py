@@ -3,7 +3,7 @@
 from . import compat  # noqa: F401  (patches Tango; must come first)
 from .atomic import AtomicJsonFormat
 from .finetune import FinetuneStep
-from .metrics import CalculateMetricsStep, PrintMetricsStep
+from .metrics import CalculateMetricsStep, PrintMetricsStep, TabulateMetricsStep
 from .predict import PredictStep
 from .tasks import MCInstance, MultipleChoiceTask, PiqaTask
 from .weights import FinetunedModel, FinetunedModelFormat
@@ -19,4 +19,5 @@ __all__ = [
     "PiqaTask",
     "PredictStep",
     "PrintMetricsStep",
+    "TabulateMetricsStep",
 ]

@@ -1,38 +1,42 @@
-"""``catwalk::calculate_metrics`` and ``catwalk::print_metrics``."""
+"""``catwalk::calculate_metrics``, ``catwalk::tabulate_metrics`` and ``catwalk::print_metrics``."""
 
-from typing import Any, Dict, List
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional
 
 import torch
-from rich.table import Table
 from tango import Step
+from tango.common.aliases import PathOrStr
 from tango.common.logging import cli_logger
+from tango.format import Format
 from torchmetrics.classification import MulticlassAccuracy
 
-from .atomic import AtomicJsonFormat
-
-#: How each accuracy variant normalises a choice's summed log-likelihood before the argmax.
-NORMALISATIONS = {
-    "acc": None,  # summed log-likelihood
-    "acc_norm": "num_chars",  # per character, lm-evaluation-harness's acc_norm
-    "acc_per_token": "num_tokens",
-}
+from .atomic import AtomicJsonFormat, replace_atomically
+from .tables import MetricsTable
 
 
-def choice_scores(predictions: List[Dict[str, Any]], normalise_by) -> torch.Tensor:
-    """``[instances, most choices]`` scores, ``-inf`` where an instance has fewer choices."""
+def choice_scores(predictions: List[Dict[str, Any]], metric: str) -> torch.Tensor:
+    """``[instances, most choices]`` scores under ``metric``'s ranking, ``-inf`` past an
+    instance's last choice."""
     width = max(len(p["logliks"]) for p in predictions)
     scores = torch.full((len(predictions), width), float("-inf"), dtype=torch.float64)
     for row, p in enumerate(predictions):
         values = torch.tensor(p["logliks"], dtype=torch.float64)
-        if normalise_by is not None:
-            values = values / torch.tensor(p[normalise_by], dtype=torch.float64)
+        if metric == "acc_norm":  # per character, lm-evaluation-harness's acc_norm
+            values = values / torch.tensor(p["num_chars"], dtype=torch.float64)
+        elif metric == "acc_per_token":
+            values = values / torch.tensor(p["num_tokens"], dtype=torch.float64)
+        elif metric == "acc_uncond":  # what the context adds to each choice
+            values = values - torch.tensor(p["unconditioned_logliks"], dtype=torch.float64)
         scores[row, : len(values)] = values
     return scores
 
 
 @Step.register("catwalk::calculate_metrics")
 class CalculateMetricsStep(Step):
-    """Accuracy of predictions from ``catwalk::predict``, plus its length-normalised variants.
+    """Accuracy of predictions from ``catwalk::predict``, ranking choices by summed
+    log-likelihood (``acc``), per character (``acc_norm``), per token (``acc_per_token``), and,
+    where the task has an unconditioned context, by the gain over it (``acc_uncond``).
 
     Runs in one process; ``sync_on_compute=False`` says so to torchmetrics, which would
     otherwise all-gather whenever a process group happens to exist.
@@ -44,10 +48,13 @@ class CalculateMetricsStep(Step):
     def run(self, predictions: List[Dict[str, Any]]) -> Dict[str, float]:  # type: ignore[override]
         if not predictions:
             raise ValueError("No predictions to compute metrics on")
+        names = ["acc", "acc_norm", "acc_per_token"]
+        if all("unconditioned_logliks" in p for p in predictions):
+            names.append("acc_uncond")
         labels = torch.tensor([p["label"] for p in predictions])
         metrics: Dict[str, float] = {}
-        for name, normalise_by in NORMALISATIONS.items():
-            scores = choice_scores(predictions, normalise_by)
+        for name in names:
+            scores = choice_scores(predictions, name)
             accuracy = MulticlassAccuracy(num_classes=scores.shape[1], average="micro", sync_on_compute=False)
             accuracy.update(scores.argmax(-1), labels)
             metrics[name] = accuracy.compute().item()
@@ -56,29 +63,45 @@ class CalculateMetricsStep(Step):
         return metrics
 
 
+@Format.register("catwalk::metrics_table")
+class MetricsTableFormat(Format[MetricsTable]):
+    """``table.json`` (read back), plus ``table.md`` and ``table.csv`` for people and spreadsheets."""
+
+    VERSION = "1"
+
+    def write(self, artifact: MetricsTable, dir: PathOrStr) -> None:
+        dir = Path(dir)
+        replace_atomically(dir / "table.md", lambda p: p.write_text(artifact.to_markdown()))
+        replace_atomically(dir / "table.csv", lambda p: p.write_text(artifact.to_csv()))
+        data = {"columns": artifact.columns, "rows": artifact.rows}
+        replace_atomically(dir / "table.json", lambda p: p.write_text(json.dumps(data, indent=1)))
+
+    def read(self, dir: PathOrStr) -> MetricsTable:
+        data = json.loads((Path(dir) / "table.json").read_text())
+        return MetricsTable(data["columns"], data["rows"])
+
+
+@Step.register("catwalk::tabulate_metrics")
+class TabulateMetricsStep(Step):
+    """Gathers many metric results, keyed by names like ``task/model/seed``, into one table,
+    cached as Markdown, CSV and JSON. ``key_columns`` names the parts of those keys."""
+
+    VERSION = "cw1"
+    FORMAT = MetricsTableFormat()
+
+    def run(  # type: ignore[override]
+        self, metrics: Dict[str, Dict[str, Any]], key_columns: Optional[List[str]] = None
+    ) -> MetricsTable:
+        return MetricsTable.from_results(metrics, key_columns or ["run"])
+
+
 @Step.register("catwalk::print_metrics")
 class PrintMetricsStep(Step):
-    """Prints named metric results as one table. Not cached, so every run ends with the table,
-    also when all the metrics come from the cache."""
+    """Prints a table from ``catwalk::tabulate_metrics``. Not cached, so every run ends with
+    the table, also when everything came from the cache."""
 
     CACHEABLE = False
 
-    def run(self, metrics: Dict[str, Dict[str, float]]) -> str:  # type: ignore[override]
-        columns = sorted({key for result in metrics.values() for key in result})
-        table = Table(title="Metrics")
-        table.add_column("run")
-        for column in columns:
-            table.add_column(column, justify="right")
-        for name, result in metrics.items():
-            table.add_row(name, *(_cell(result.get(column)) for column in columns))
-        cli_logger.info(table)
-        lines = [" | ".join(["run", *columns])] + [
-            " | ".join([name, *(_cell(r.get(c)) for c in columns)]) for name, r in metrics.items()
-        ]
-        return "\n".join(lines)
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return "" if value is None else str(value)
+    def run(self, table: MetricsTable, title: str = "Metrics") -> str:  # type: ignore[override]
+        cli_logger.info(table.to_rich(title))
+        return table.to_markdown()

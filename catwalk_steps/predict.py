@@ -33,7 +33,8 @@ class PredictStep(Step):
 
     ``model`` is a spec (``rc::gpt2``) for a stock pretrained model, or the result of
     ``catwalk::finetune``. The result is one JSON-safe record per instance: its id, gold label,
-    and per choice the summed log-likelihood, token count and character count, from which
+    and per choice the summed log-likelihood, token count and character count, and, for tasks
+    with an ``UNCONDITIONED_CONTEXT``, the log-likelihood after that context alone. From these
     :class:`CalculateMetricsStep` derives every metric without scoring again.
 
     The device and the batching knobs change how fast, not what, so they are not in the cache
@@ -73,9 +74,12 @@ class PredictStep(Step):
         tok = spec.load_tokenizer()
         instances = task.instances(split, limit)
         queries = [encode_pair(tok, context, c) for i in instances for context, c in i.pairs()]
+        conditioned = len(queries)
+        if task.UNCONDITIONED_CONTEXT is not None:
+            queries += [encode_pair(tok, task.UNCONDITIONED_CONTEXT, c) for i in instances for c in i.continuations]
 
         lm = spec.load_model(state_dict).to(torch_device).eval()
-        self.logger.info("Scoring %d choices of %d instances on %s", len(queries), len(instances), torch_device)
+        self.logger.info("Scoring %d queries of %d instances on %s", len(queries), len(instances), torch_device)
         with Tqdm.tqdm(total=len(queries), desc="Log-likelihood queries") as progress:
             logliks = score_queries(
                 lm,
@@ -87,17 +91,18 @@ class PredictStep(Step):
                 progress=progress,
             )
 
-        predictions, position = [], 0
+        predictions, start = [], 0
         for instance in instances:
-            count = len(instance.continuations)
-            predictions.append(
-                {
-                    "id": instance.id,
-                    "label": instance.label,
-                    "logliks": logliks[position:position + count],
-                    "num_tokens": [len(q.continuation) for q in queries[position:position + count]],
-                    "num_chars": [len(c) for c in instance.continuations],
-                }
-            )
-            position += count
+            end = start + len(instance.continuations)
+            record = {
+                "id": instance.id,
+                "label": instance.label,
+                "logliks": logliks[start:end],
+                "num_tokens": [len(q.continuation) for q in queries[start:end]],
+                "num_chars": [len(c) for c in instance.continuations],
+            }
+            if conditioned < len(queries):
+                record["unconditioned_logliks"] = logliks[conditioned + start:conditioned + end]
+            predictions.append(record)
+            start = end
         return predictions

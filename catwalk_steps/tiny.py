@@ -1,9 +1,11 @@
-"""Builds the offline demo: a PIQA-format data set and a tiny GPT-2 with its own tokenizer.
+"""Builds the offline demo: two small data sets and two tiny GPT-2s with their own tokenizer.
 
-No network is needed anywhere: the data comes from templates, the byte-level BPE tokenizer is
-trained on that data, and the model is a randomly initialised 2-layer GPT-2. Each goal names an
-action and the right solution names the tool for it, so a fine-tuned model can learn what a
-random one cannot guess: fine-tuning should beat the ~50% zero-shot baseline clearly.
+No network is needed anywhere: the data come from templates, the byte-level BPE tokenizer is
+trained on them, and the models are randomly initialised GPT-2s (``model``: 2 layers, 64 wide;
+``model-small``: 1 layer, 32 wide). In the PIQA-format set each goal names an action and the
+right solution names the tool for it, so a fine-tuned model can learn what a random one cannot
+guess. The second set (``tools_*.jsonl``, 4 choices, for a config-defined template task) asks
+for the same action-tool pairs in another form, to show how fine-tuning on one task carries over.
 
     python -m catwalk_steps.tiny data/tiny
 """
@@ -48,6 +50,20 @@ def make_rows(count: int, rng: random.Random) -> List[Dict]:
     return rows
 
 
+def make_tool_questions(count: int, rng: random.Random) -> List[Dict]:
+    rows = []
+    for _ in range(count):
+        action = rng.choice(sorted(TOOLS))
+        options = [action] + rng.sample(sorted(set(TOOLS) - {action}), 3)
+        rng.shuffle(options)
+        rows.append({
+            "question": f"What do you use to {action} {rng.choice(OBJECTS)}?",
+            "options": [TOOLS[option] for option in options],
+            "answer": "ABCD"[options.index(action)],
+        })
+    return rows
+
+
 def build_tokenizer(texts: List[str], vocab_size: int) -> PreTrainedTokenizerFast:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -62,19 +78,26 @@ def build_tokenizer(texts: List[str], vocab_size: int) -> PreTrainedTokenizerFas
 def build(out: Path, train_size: int = 512, validation_size: int = 128, seed: int = 0) -> None:
     rng = random.Random(seed)
     splits = {"train": make_rows(train_size, rng), "validation": make_rows(validation_size, rng)}
+    tool_rng = random.Random(seed + 1)
+    files = {
+        **{f"{split}.jsonl": rows for split, rows in splits.items()},
+        "tools_train.jsonl": make_tool_questions(train_size, tool_rng),
+        "tools_validation.jsonl": make_tool_questions(validation_size, tool_rng),
+    }
     out.mkdir(parents=True, exist_ok=True)
-    for split, rows in splits.items():
-        (out / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    for name, rows in files.items():
+        (out / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
 
     texts = [f"Question: {r['goal']}\nAnswer: {r[s]}" for r in splits["train"] for s in ("sol1", "sol2")]
     tokenizer = build_tokenizer(texts, vocab_size=512)
-    tokenizer.save_pretrained(out / "model")
-    config = GPT2Config(
-        vocab_size=len(tokenizer), n_positions=64, n_embd=64, n_layer=2, n_head=2,
-        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
-    )
-    torch.manual_seed(seed)
-    GPT2LMHeadModel(config).save_pretrained(out / "model")
+    for name, width, layers in (("model", 64, 2), ("model-small", 32, 1)):
+        tokenizer.save_pretrained(out / name)
+        config = GPT2Config(
+            vocab_size=len(tokenizer), n_positions=64, n_embd=width, n_layer=layers, n_head=2,
+            bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+        )
+        torch.manual_seed(seed)
+        GPT2LMHeadModel(config).save_pretrained(out / name)
 
 
 if __name__ == "__main__":

@@ -1,25 +1,62 @@
-// Helpers for catwalk-steps configs.
+// Helpers for catwalk-steps configs: step graphs built from plain lists and objects.
 {
-  // Steps that fine-tune `model` on `task` and score it before and after, with a table of
-  // both at the end of the run. `finetune` holds catwalk::finetune's other settings.
-  finetune_and_evaluate(name, model, task, finetune):: {
-    finetune: { type: "catwalk::finetune", model: model, tasks: [task] } + finetune,
-    predict_finetuned: { type: "catwalk::predict", model: { type: "ref", ref: "finetune" }, task: task },
-    predict_zero_shot: { type: "catwalk::predict", model: model, task: task },
-    metrics_finetuned: {
-      type: "catwalk::calculate_metrics",
-      predictions: { type: "ref", ref: "predict_finetuned" },
-    },
-    metrics_zero_shot: {
-      type: "catwalk::calculate_metrics",
-      predictions: { type: "ref", ref: "predict_zero_shot" },
-    },
-    results: {
-      type: "catwalk::print_metrics",
-      metrics: {
-        [name + "/zero-shot"]: { type: "ref", ref: "metrics_zero_shot" },
-        [name + "/fine-tuned"]: { type: "ref", ref: "metrics_finetuned" },
-      },
-    },
+  ref(name):: { type: "ref", ref: name },
+
+  // predict_<name> and metrics_<name>: score `model` (a spec string or a ref) on `task`.
+  evaluate(name, model, task):: {
+    ["predict_" + name]: { type: "catwalk::predict", model: model, task: task },
+    ["metrics_" + name]: { type: "catwalk::calculate_metrics", predictions: $.ref("predict_" + name) },
   },
+
+  // A cached table of the named metrics steps (`{row name: step name}`), printed at the end of
+  // every run. Row names split on "/" into `key_columns`.
+  report(rows, key_columns=["run"]):: {
+    table: {
+      type: "catwalk::tabulate_metrics",
+      metrics: { [row]: $.ref(rows[row]) for row in std.objectFields(rows) },
+      key_columns: key_columns,
+    },
+    results: { type: "catwalk::print_metrics", table: $.ref("table") },
+  },
+
+  // Fine-tune `model` on `task`, and score it before and after. `finetune` holds
+  // catwalk::finetune's other settings.
+  finetune_and_evaluate(name, model, task, finetune)::
+    { finetune: { type: "catwalk::finetune", model: model, tasks: [task] } + finetune }
+    + $.evaluate("zero_shot", model, task)
+    + $.evaluate("finetuned", $.ref("finetune"), task)
+    + $.report({ [name + "/zero-shot"]: "metrics_zero_shot", [name + "/fine-tuned"]: "metrics_finetuned" }),
+
+  // The cross product of `models` x `train_tasks` x `seeds` x `learning_rates` (models and
+  // tasks are objects: name -> spec or task config), each fine-tuned model and each stock model
+  // scored on every task of `eval_tasks`. Steps that do not depend on each other run in
+  // parallel under `tango run --parallelism N`.
+  sweep(models, train_tasks, eval_tasks, seeds, learning_rates, finetune)::
+    local grid = [
+      { model: m, train: t, seed: s, lr: lr, name: std.format("%s-%s-seed%d-lr%g", [m, t, s, lr]) }
+      for m in std.objectFields(models)
+      for t in std.objectFields(train_tasks)
+      for s in seeds
+      for lr in learning_rates
+    ];
+    local finetunes = {
+      ["finetune_" + g.name]: {
+        type: "catwalk::finetune",
+        model: models[g.model],
+        tasks: [train_tasks[g.train]],
+        seed: g.seed,
+        learning_rate: g.lr,
+      } + finetune
+      for g in grid
+    };
+    local zero_shot = [{ model: m, eval: e, name: m + "-" + e } for m in std.objectFields(models) for e in std.objectFields(eval_tasks)];
+    local finetuned = [g { eval: e, eval_name: g.name + "-" + e } for g in grid for e in std.objectFields(eval_tasks)];
+    finetunes
+    + std.foldl(function(acc, z) acc + $.evaluate("zero_shot_" + z.name, models[z.model], eval_tasks[z.eval]), zero_shot, {})
+    + std.foldl(function(acc, f) acc + $.evaluate(f.eval_name, $.ref("finetune_" + f.name), eval_tasks[f.eval]), finetuned, {})
+    + $.report(
+      { [z.eval + "/" + z.model + "/zero-shot/-/-"]: "metrics_zero_shot_" + z.name for z in zero_shot }
+      + { [std.format("%s/%s/%s/%d/%g", [f.eval, f.model, f.train, f.seed, f.lr])]: "metrics_" + f.eval_name for f in finetuned },
+      ["task", "model", "finetuned_on", "seed", "lr"],
+    ),
 }

@@ -69,3 +69,32 @@ def test_two_process_run_gives_the_same_metrics_and_cache_key(first_run, tmp_pat
     # Same cache key: in the first workspace, the 2-process config trains nothing.
     reuse = tango_run("configs/piqa_tiny_ddp.jsonnet", workspace, "ddp-reuse")
     assert 'Starting step "finetune"' not in reuse
+
+
+def test_another_config_reuses_the_fine_tuned_model(first_run):
+    workspace, _ = first_run
+    output = tango_run("configs/tools_tiny_transfer.jsonnet", workspace, "transfer")
+    assert 'Starting step "finetune"' not in output and "Training" not in output
+    table = LocalWorkspace(workspace).step_result_for_run("transfer", "table")
+    (shared,) = [row for row in table.rows if row["run"] == "piqa/fine-tuned-on-piqa"]
+    assert {k: shared[k] for k in metrics(workspace, "first")["finetuned"]} == metrics(workspace, "first")["finetuned"]
+
+
+def test_offline_sweep_fills_every_cell_of_its_table(tmp_path):
+    tango_run("configs/sweep_tiny.jsonnet", tmp_path / "sweep", "sweep")
+    table = LocalWorkspace(tmp_path / "sweep").step_result_for_run("sweep", "table")
+    keys = ["task", "model", "finetuned_on", "seed", "lr"]
+    assert table.columns == keys + ["acc", "acc_norm", "acc_per_token", "acc_uncond", "count"]
+    expected = {
+        (task, model, trained, seed)
+        for task in ("piqa", "tools")
+        for model in ("tiny", "tiny-small")
+        for trained, seed in (("zero-shot", "-"), ("piqa", "1"), ("piqa", "2"))
+    }
+    assert {tuple(row[k] for k in keys[:4]) for row in table.rows} == expected
+    for row in table.rows:
+        has_uncond = row["task"] == "piqa"  # the template task has no unconditioned context
+        for column in ["acc", "acc_norm", "acc_per_token", "count"] + (["acc_uncond"] if has_uncond else []):
+            assert isinstance(row[column], (int, float)), (row, column)
+    written = next((tmp_path / "sweep" / "cache").glob("TabulateMetricsStep-*"))
+    assert {"table.md", "table.csv", "table.json"} <= {p.name for p in written.iterdir()}

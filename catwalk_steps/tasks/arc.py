@@ -31,6 +31,7 @@ class ArcEasyTask(_LetteredChoicesTask):
 
     HUB_ID = "allenai/ai2_arc"
     HUB_CONFIG = "ARC-Easy"
+    UNCONDITIONED_CONTEXT = "Answer:"
 
     def question(self, row: Row) -> str:
         return f"Question: {row.get('question')}\nAnswer:"

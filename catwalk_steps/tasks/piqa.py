@@ -12,6 +12,7 @@ class PiqaTask(MultipleChoiceTask):
     """
 
     HUB_ID = "baber/piqa"
+    UNCONDITIONED_CONTEXT = "Answer:"
 
     def row_to_instance(self, row: Row, instance_id: str) -> MCInstance:
         return MCInstance(

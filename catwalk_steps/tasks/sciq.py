@@ -8,6 +8,7 @@ class SciQTask(MultipleChoiceTask):
 
     HUB_ID = "allenai/sciq"
     LABEL_FIELD = "correct_answer"
+    UNCONDITIONED_CONTEXT = "Answer:"
 
     def row_to_instance(self, row: Row, instance_id: str) -> MCInstance:
         names = ["distractor1", "distractor2", "distractor3", "correct_answer"]

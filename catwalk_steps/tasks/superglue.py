@@ -36,6 +36,7 @@ class BoolQTask(MultipleChoiceTask):
 
     HUB_ID = "aps/super_glue"
     HUB_CONFIG = "boolq"
+    UNCONDITIONED_CONTEXT = "Answer:"
 
     def row_to_instance(self, row: Row, instance_id: str) -> MCInstance:
         return MCInstance(

@@ -92,6 +92,10 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
     HUB_SPLITS: Mapping[str, str] = {"train": "train", "validation": "validation"}
     #: The field whose value gives the gold index, named when it is out of range.
     LABEL_FIELD = "label"
+    #: A context that carries no question, e.g. "Answer:", for tasks whose prompt ends in it.
+    #: Scoring each continuation after it too gives ``acc_uncond``: choices ranked by how much
+    #: the question raises their log-likelihood (lm-evaluation-harness's ``acc_mutual_info``).
+    UNCONDITIONED_CONTEXT: Optional[str] = None
 
     def __init__(
         self,

@@ -1,0 +1,27 @@
+// The offline demo's models, tasks and fine-tuning settings (data/tiny, built by
+// `python -m catwalk_steps.tiny data/tiny`), shared by the tiny configs.
+{
+  models: { tiny: "rc::data/tiny/model", "tiny-small": "rc::data/tiny/model-small" },
+  piqa: {
+    type: "piqa",
+    data_files: { train: "data/tiny/train.jsonl", validation: "data/tiny/validation.jsonl" },
+  },
+  // A task defined in the config alone: 4-choice questions about the same action-tool pairs.
+  tools: {
+    type: "template",
+    data_files: { train: "data/tiny/tools_train.jsonl", validation: "data/tiny/tools_validation.jsonl" },
+    context: "Question: {question}\nAnswer:",
+    choices_field: "options",
+    label_field: "answer",
+    label_values: ["A", "B", "C", "D"],
+  },
+  finetune: {
+    batch_size: 16,
+    train_epochs: 8,
+    learning_rate: 1e-3,
+    // Dropout is off: the data are clean, and a deterministic forward pass gives the same
+    // numbers for any device_count (piqa_tiny_ddp.jsonnet trains on 2 processes).
+    config_overrides: { resid_pdrop: 0.0, embd_pdrop: 0.0, attn_pdrop: 0.0 },
+    device_count: 1,
+  },
+}

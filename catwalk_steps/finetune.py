@@ -12,7 +12,7 @@ from tango import Step
 from tango.common import DatasetDict, Tqdm
 from tango.common.exceptions import ConfigurationError
 from tango.common.lazy import Lazy
-from tango.integrations.torch import DataLoader, TorchTrainingEngine, TorchTrainStep
+from tango.integrations.torch import DataLoader, TorchTrainingEngine, TorchTrainStep, TrainCallback
 from tango.step import StepResources
 from transformers import get_linear_schedule_with_warmup
 
@@ -95,7 +95,7 @@ class FinetuneStep(TorchTrainStep):
 
     VERSION = "cw1"
     FORMAT = FinetunedModelFormat()
-    SKIP_ID_ARGUMENTS = {"device_count", "device", "distributed_port", "log_every"}
+    SKIP_ID_ARGUMENTS = {"device_count", "device", "distributed_port", "log_every", "callbacks"}
     METADATA = {"artifact_kind": "model"}
 
     @property
@@ -129,6 +129,7 @@ class FinetuneStep(TorchTrainStep):
         device: str = "auto",
         distributed_port: Optional[int] = None,
         log_every: int = 10,
+        callbacks: Optional[List[Lazy[TrainCallback]]] = None,
     ) -> FinetunedModel:
         """
         :param model: ``rc::<hub name or local directory>`` of the model to start from.
@@ -141,6 +142,9 @@ class FinetuneStep(TorchTrainStep):
             the last step without a ``validation_split``.
         :param device: ``"auto"`` (CUDA if present), ``"cuda"`` or ``"cpu"``.
         :param distributed_port: DDP port; by default a free one, so parallel steps do not collide.
+        :param callbacks: Tango ``TrainCallback``s, e.g. ``{type: "wandb::log"}`` (with
+            ``tango.integrations.wandb`` in ``include_package`` and ``wandb`` installed). They are
+            not in the cache key, so they must only observe training, not change it.
         """
         for name, value in (("batch_size", batch_size), ("grad_accum", grad_accum), ("train_epochs", train_epochs)):
             if value < 1:
@@ -212,6 +216,7 @@ class FinetuneStep(TorchTrainStep):
             val_metric_name="acc",
             minimize_val_metric=False,
             auto_aggregate_val_metric=False,
+            callbacks=callbacks,
         )
         assert isinstance(trained, RankClassificationModel)
         state_dict = {name: tensor.detach().cpu() for name, tensor in trained.lm.state_dict().items()}

@@ -3,6 +3,8 @@ import os
 import pytest
 import torch
 from tango.common.exceptions import ConfigurationError
+from tango.common.lazy import Lazy
+from tango.integrations.torch import TrainCallback
 from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import FinetunedModel, FinetuneStep, PredictStep
@@ -93,3 +95,23 @@ def test_bad_settings_fail_before_training(tiny_task, workspace, overrides, mess
     step = FinetuneStep(tasks=[tiny_task], step_name="finetune", **settings)
     with pytest.raises(ConfigurationError, match=message):
         step.result(workspace)
+
+
+class RecordingCallback(TrainCallback):
+    """Writes what it saw into the step's work dir."""
+
+    def post_val_loop(self, step: int, epoch: int, val_metric: float, best_val_metric: float) -> None:
+        with open(self.work_dir / "seen.txt", "a") as f:
+            f.write(f"{step} {val_metric}\n")
+
+
+def test_callbacks_observe_training_without_changing_the_key(tiny_task, workspace):
+    plain = FinetuneStep(tasks=[tiny_task], step_name="finetune", **{**TRAINING, "train_epochs": 1, "train_limit": 32})
+    observed = FinetuneStep(
+        tasks=[tiny_task], step_name="finetune", callbacks=[Lazy(RecordingCallback)],
+        **{**TRAINING, "train_epochs": 1, "train_limit": 32},
+    )
+    assert observed.unique_id == plain.unique_id
+    result = observed.result(workspace)
+    seen = (workspace.work_dir(observed) / "seen.txt").read_text().split()
+    assert seen == ["1", str(result.training_metrics["val_acc"])]

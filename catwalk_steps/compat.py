@@ -2,9 +2,17 @@
 ``include_package`` before it builds the step graph)."""
 
 import functools
-from typing import Optional
+import json
+from pathlib import Path
+from typing import Iterable, Optional, Set
 
-from tango.step_info import EnvironmentMetadata, GitMetadata
+from sqlitedict import SqliteDict
+from tango.common.exceptions import ConfigurationError
+from tango.common.file_lock import FileLock
+from tango.step import Step
+from tango.step_caches import LocalStepCache
+from tango.step_info import EnvironmentMetadata, GitMetadata, StepInfo, StepState
+from tango.workspaces import LocalWorkspace
 
 
 def git_metadata_or_none() -> Optional[GitMetadata]:
@@ -29,3 +37,79 @@ def _environment_init_with_safe_git(self, *args, **kwargs) -> None:
 
 
 EnvironmentMetadata.__init__ = _environment_init_with_safe_git  # type: ignore[method-assign]
+
+
+def _wait_lock(workspace: LocalWorkspace, step: Step) -> FileLock:
+    # Beside Tango's own per-step lock, which a second process fails on at once.
+    return FileLock(str(workspace.step_dir(step)) + ".wait")
+
+
+_run_with_work_dir = Step._run_with_work_dir
+
+
+@functools.wraps(_run_with_work_dir)
+def _run_with_work_dir_or_wait(self: Step, workspace, needed_by=None):
+    """A second ``tango run`` that reaches a step another process is computing waits for it
+    and then takes its result from the cache; Tango 1.3.2 fails with ``StepStateError`` instead.
+    The wait lock is an OS file lock, so a killed process leaves no stale lock behind."""
+    if not self.cache_results or not isinstance(workspace, LocalWorkspace):
+        return _run_with_work_dir(self, workspace, needed_by=needed_by)
+    with _wait_lock(workspace, self).acquire_with_updates(desc=f"waiting for another run of '{self.name}'"):
+        if self in workspace.step_cache:
+            return workspace.step_cache[self]
+        return _run_with_work_dir(self, workspace, needed_by=needed_by)
+
+
+Step._run_with_work_dir = _run_with_work_dir_or_wait  # type: ignore[method-assign]
+
+_local_workspace_init = LocalWorkspace.__init__
+
+
+@functools.wraps(_local_workspace_init)
+def _local_workspace_init_checked(self, dir, *args, **kwargs) -> None:
+    """A workspace that cannot be written fails with one clear line, before any step runs."""
+    try:
+        _local_workspace_init(self, dir, *args, **kwargs)
+        probe = Path(dir) / ".write-probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ConfigurationError(f"Workspace {dir} is not a writable directory: {e}") from None
+
+
+LocalWorkspace.__init__ = _local_workspace_init_checked  # type: ignore[method-assign]
+
+_guess_step_dir_state = LocalWorkspace.guess_step_dir_state.__func__  # type: ignore[attr-defined]
+
+
+def _guess_step_dir_state_after_kills(cls, dir: Path) -> Set[StepState]:
+    """Tango takes any file in a step dir besides the lock as a sign that the step may still be
+    running, so a process killed while writing its result (leaving a temp file) blocks every
+    later run with ``StepStateError``. With the lock free and no cache metadata, the step is
+    neither running nor complete: it is incomplete and may run again."""
+    guesses = _guess_step_dir_state(cls, dir)
+    if guesses == set(StepState) and not (dir / LocalStepCache.METADATA_FILE_NAME).exists():
+        return {StepState.INCOMPLETE, StepState.FAILED}
+    return guesses
+
+
+LocalWorkspace.guess_step_dir_state = classmethod(_guess_step_dir_state_after_kills)  # type: ignore[method-assign]
+
+
+def _save_registered_run_without_clobbering(self, name: str, all_steps: Iterable[Step]) -> None:
+    """Registering a run rewrote every step's record with the copy it had just read, so a
+    second ``tango run`` starting while the first computes a step put that step back to
+    "incomplete", and the first run then failed Tango's own consistency check. Here records are
+    only added, never rewritten (Tango only refreshed their display name), and under a lock, so
+    that two runs cannot both find a record missing."""
+    step_unique_ids = {}
+    with FileLock(str(self.step_info_file) + ".lock"), SqliteDict(self.step_info_file) as d:
+        for step in all_steps:
+            if step.unique_id not in d:
+                d[step.unique_id] = StepInfo.new_from_step(step)
+            step_unique_ids[step.name] = step.unique_id
+        d.commit()
+    self._run_step_info_file(name).write_text(json.dumps(step_unique_ids))
+
+
+LocalWorkspace._save_registered_run = _save_registered_run_without_clobbering  # type: ignore[method-assign]

@@ -98,6 +98,24 @@ class FinetuneStep(TorchTrainStep):
     SKIP_ID_ARGUMENTS = {"device_count", "device", "distributed_port", "log_every", "callbacks"}
     METADATA = {"artifact_kind": "model"}
 
+    @classmethod
+    def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        """Settings are checked when the step graph is built, before any step of a run starts."""
+        for name in ("batch_size", "grad_accum", "train_epochs"):
+            if kwargs.get(name, 1) < 1:
+                raise ConfigurationError(f"{name} must be at least 1, got {kwargs[name]}")
+        if kwargs.get("learning_rate", 1.0) <= 0:
+            raise ConfigurationError(f"learning_rate must be positive, got {kwargs['learning_rate']}")
+        device_count, grad_accum = kwargs.get("device_count", 1), kwargs.get("grad_accum", 1)
+        training_devices(kwargs.get("device", "auto"), device_count)
+        batch_size = kwargs.get("batch_size", 32)
+        if batch_size % (device_count * grad_accum):
+            raise ConfigurationError(
+                f"batch_size={batch_size} must be divisible by device_count*grad_accum={device_count * grad_accum}"
+            )
+        ModelSpec.parse(kwargs.get("model", ""))
+        return kwargs
+
     @property
     def resources(self) -> StepResources:
         uses_cuda = self.kwargs.get("device", "auto") == "cuda" or (
@@ -146,16 +164,7 @@ class FinetuneStep(TorchTrainStep):
             ``tango.integrations.wandb`` in ``include_package`` and ``wandb`` installed). They are
             not in the cache key, so they must only observe training, not change it.
         """
-        for name, value in (("batch_size", batch_size), ("grad_accum", grad_accum), ("train_epochs", train_epochs)):
-            if value < 1:
-                raise ConfigurationError(f"{name} must be at least 1, got {value}")
-        if learning_rate <= 0:
-            raise ConfigurationError(f"learning_rate must be positive, got {learning_rate}")
         devices = training_devices(device, device_count)
-        if batch_size % (device_count * grad_accum):
-            raise ConfigurationError(
-                f"batch_size={batch_size} must be divisible by device_count*grad_accum={device_count * grad_accum}"
-            )
         spec = ModelSpec.parse(model, tokenizer=tokenizer, config_overrides=config_overrides or {})
         self.logger.info(
             "Training on %s with %d DDP worker%s", "cpu" if devices[0] < 0 else "cuda", device_count,

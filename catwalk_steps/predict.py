@@ -1,5 +1,6 @@
 """``catwalk::predict``: score every answer choice of a task split by log-likelihood."""
 
+import hashlib
 from typing import Any, Dict, List, Optional, Union
 
 import torch
@@ -8,10 +9,21 @@ from tango.common import Tqdm
 from tango.common.exceptions import ConfigurationError
 
 from .atomic import AtomicJsonFormat
+from .journal import Journal, fingerprint
 from .models.loading import ModelSpec, context_window
 from .models.scoring import encode_pair, score_queries
 from .tasks import MultipleChoiceTask
 from .weights import FinetunedModel
+
+
+def weights_fingerprint(state_dict: Optional[Dict[str, torch.Tensor]]) -> Optional[str]:
+    if state_dict is None:
+        return None
+    digest = hashlib.sha256()
+    for name, tensor in state_dict.items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def resolve_device(device: str) -> torch.device:
@@ -45,6 +57,16 @@ class PredictStep(Step):
     FORMAT = AtomicJsonFormat()
     SKIP_ID_ARGUMENTS = {"device", "max_batch_size", "max_batch_tokens"}
 
+    @classmethod
+    def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        """Settings are checked when the step graph is built, before any step of a run starts."""
+        if kwargs.get("max_batch_size", 1) < 1 or kwargs.get("max_batch_tokens", 1) < 1:
+            raise ConfigurationError("max_batch_size and max_batch_tokens must be positive")
+        resolve_device(kwargs.get("device", "auto"))
+        if isinstance(kwargs.get("model"), str):
+            ModelSpec.parse(kwargs["model"])
+        return kwargs
+
     def run(  # type: ignore[override]
         self,
         model: Union[str, FinetunedModel],
@@ -64,8 +86,6 @@ class PredictStep(Step):
         :param max_batch_size: most queries (context, continuation pairs) in one forward pass.
         :param max_batch_tokens: most padded tokens in one forward pass.
         """
-        if max_batch_size < 1 or max_batch_tokens < 1:
-            raise ConfigurationError("max_batch_size and max_batch_tokens must be positive")
         torch_device = resolve_device(device)
         if isinstance(model, FinetunedModel):
             spec, state_dict = model.spec, model.state_dict
@@ -78,9 +98,17 @@ class PredictStep(Step):
         if task.UNCONDITIONED_CONTEXT is not None:
             queries += [encode_pair(tok, task.UNCONDITIONED_CONTEXT, c) for i in instances for c in i.continuations]
 
+        # Scores reach the work dir batch by batch, so a killed run resumes where it stopped;
+        # the journal is discarded if the queries or the weights are not those it was written for.
+        journal = None
+        if self.work_dir_for_run is not None:
+            work = fingerprint([[list(q.context + q.continuation) for q in queries], weights_fingerprint(state_dict)])
+            journal = Journal(self.work_dir_for_run / "scores.jsonl", work)
+        known = journal.load() if journal else {}
+
         lm = spec.load_model(state_dict).to(torch_device).eval()
         self.logger.info("Scoring %d queries of %d instances on %s", len(queries), len(instances), torch_device)
-        with Tqdm.tqdm(total=len(queries), desc="Log-likelihood queries") as progress:
+        with Tqdm.tqdm(total=len(queries), initial=len(known), desc="Log-likelihood queries") as progress:
             logliks = score_queries(
                 lm,
                 queries,
@@ -89,6 +117,8 @@ class PredictStep(Step):
                 max_batch_size=max_batch_size,
                 max_batch_tokens=max_batch_tokens,
                 progress=progress,
+                known=known,
+                on_batch=journal.append if journal else None,
             )
 
         predictions, start = [], 0

@@ -92,9 +92,8 @@ def test_two_processes_train_the_same_model_as_one(single, tmp_path):
 )
 def test_bad_settings_fail_before_training(tiny_task, workspace, overrides, message):
     settings = {**TRAINING, "device_count": 1, **overrides}
-    step = FinetuneStep(tasks=[tiny_task], step_name="finetune", **settings)
     with pytest.raises(ConfigurationError, match=message):
-        step.result(workspace)
+        FinetuneStep(tasks=[tiny_task], step_name="finetune", **settings).result(workspace)
 
 
 class RecordingCallback(TrainCallback):

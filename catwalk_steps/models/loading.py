@@ -29,7 +29,11 @@ class ModelSpec:
             raise ConfigurationError(
                 f"Unknown model spec {spec!r}: write 'rc::<hub name or local directory>', e.g. 'rc::gpt2'"
             )
-        return cls(pretrained=spec[len(SPEC_PREFIX):], **kwargs)
+        name = spec[len(SPEC_PREFIX):]
+        for local in (name, kwargs.get("tokenizer")):
+            if local and local.startswith(("/", "./", "../", "~")) and not Path(local).expanduser().is_dir():
+                raise ConfigurationError(f"Model spec {spec!r}: no such local directory: {local}")
+        return cls(pretrained=name, **kwargs)
 
     def to_json(self) -> Dict[str, Any]:
         return {"pretrained": self.pretrained, "tokenizer": self.tokenizer, "config_overrides": self.config_overrides}
@@ -43,7 +47,7 @@ class ModelSpec:
         name = self._source(self.tokenizer or self.pretrained)
         try:
             tokenizer = AutoTokenizer.from_pretrained(name)
-        except OSError as e:
+        except (OSError, ValueError) as e:
             raise ConfigurationError(f"Cannot load tokenizer {name!r} (not a local directory or hub name?): {e}")
         if tokenizer.pad_token_id is None:
             # Padding positions are masked out; any id will do, and EOS is the usual choice.
@@ -54,7 +58,7 @@ class ModelSpec:
         name = self._source(self.pretrained)
         try:
             return AutoConfig.from_pretrained(name, **self.config_overrides)
-        except OSError as e:
+        except (OSError, ValueError) as e:
             raise ConfigurationError(f"Cannot load model {name!r} (not a local directory or hub name?): {e}")
 
     def load_model(self, state_dict: Optional[Dict[str, torch.Tensor]] = None) -> PreTrainedModel:

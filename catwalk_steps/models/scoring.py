@@ -9,7 +9,7 @@ over-long inputs are cut from the left.
 
 import inspect
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from tango.common.exceptions import ConfigurationError
@@ -128,19 +128,27 @@ def score_queries(
     max_batch_size: int,
     max_batch_tokens: int,
     progress=None,
+    known: Optional[Dict[int, float]] = None,
+    on_batch: Optional[Callable[[List[Tuple[int, float]]], None]] = None,
 ) -> List[float]:
     """Summed log-likelihood of every query's continuation, in the order given.
 
-    ``progress`` (a tqdm bar) is advanced by the number of queries in each batch.
+    Queries whose index is in ``known`` are not scored again. ``on_batch`` receives each
+    scored batch's ``(index, loglik)`` pairs, and ``progress`` (a tqdm bar) advances by its size.
     """
     device = next(lm.parameters()).device
-    lengths = [len(model_input(query, max_length)[0]) for query in queries]
-    logliks: List[float] = [0.0] * len(queries)
+    known = known or {}
+    todo = [i for i in range(len(queries)) if i not in known]
+    lengths = [len(model_input(queries[i], max_length)[0]) for i in todo]
+    logliks = dict(known)
     for batch in budget_batches(lengths, max_batch_size, max_batch_tokens):
-        tensors = collate_queries([queries[i] for i in batch], pad_token_id, max_length)
+        indices = [todo[i] for i in batch]
+        tensors = collate_queries([queries[i] for i in indices], pad_token_id, max_length)
         values = continuation_logliks(lm, **{k: v.to(device) for k, v in tensors.items()})
-        for index, value in zip(batch, values.tolist()):
-            logliks[index] = value
+        scored = list(zip(indices, values.tolist()))
+        logliks.update(scored)
+        if on_batch is not None:
+            on_batch(scored)
         if progress is not None:
             progress.update(len(batch))
-    return logliks
+    return [logliks[i] for i in range(len(queries))]

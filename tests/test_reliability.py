@@ -1,0 +1,221 @@
+"""Faults: killed runs, concurrent runs, bad input, damaged caches, determinism."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tango.common.exceptions import ConfigurationError
+from tango.step_graph import StepGraph
+from tango.workspaces import LocalWorkspace
+
+from catwalk_steps import FinetuneStep, PiqaTask, PredictStep
+from catwalk_steps.models import scoring
+
+from .conftest import NO_DROPOUT, REPO, TINY, TINY_MODEL
+
+pytestmark = pytest.mark.fault
+TANGO = str(Path(sys.executable).with_name("tango"))
+PIQA = {"type": "piqa", "data_files": {"train": str(TINY / "train.jsonl"), "validation": str(TINY / "validation.jsonl")}}
+# Long enough to be killed in the middle; checkpoints every 8 steps.
+FINETUNE = {
+    "type": "catwalk::finetune", "model": TINY_MODEL, "tasks": [PIQA], "batch_size": 16, "train_epochs": 40,
+    "train_limit": 128, "validation_limit": 32, "validate_every": 8, "learning_rate": 1e-3,
+    "config_overrides": NO_DROPOUT,
+}
+
+
+def write_config(path: Path, steps) -> Path:
+    path.write_text(json.dumps({"steps": steps}))
+    return path
+
+
+def start_run(config: Path, workspace: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [TANGO, "run", str(config), "-w", str(workspace)], cwd=REPO, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+
+
+def wait_for(condition, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def finish(process: subprocess.Popen) -> str:
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output[-3000:]
+    return output
+
+
+def trained_steps(workspace: Path) -> int:
+    (latest,) = workspace.glob("cache/*/work/checkpoint_state_latest")
+    return torch.load(latest / "worker0_trainer.pt")["training_steps"]
+
+
+def test_training_killed_mid_run_resumes_from_its_last_checkpoint(tmp_path):
+    config = write_config(tmp_path / "train.json", {"finetune": FINETUNE})
+    workspace = tmp_path / "ws"
+    run = start_run(config, workspace)
+    wait_for(lambda: list(workspace.glob("cache/*/work/checkpoint_state_latest")) and trained_steps(workspace) >= 24)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    resume_at = trained_steps(workspace)
+    assert 24 <= resume_at < 320
+    assert not list(workspace.glob("cache/*/cache-metadata.json"))  # nothing half-cached
+
+    output = finish(start_run(config, workspace))  # the killed run's lock does not block
+    assert f"Catching dataloader up to step {resume_at}" in output
+    resumed = LocalWorkspace(workspace).step_result("finetune")
+
+    # Resuming gives exactly the weights of a run that was never interrupted.
+    settings = {k: v for k, v in FINETUNE.items() if k != "type"}
+    clean = FinetuneStep(**{**settings, "tasks": [PiqaTask(data_files=PIQA["data_files"])]}, step_name="x")
+    reference = clean.result(LocalWorkspace(tmp_path / "clean"))
+    for name, tensor in reference.state_dict.items():
+        assert torch.equal(tensor, resumed.state_dict[name]), name
+
+
+def test_prediction_interrupted_resumes_from_the_instances_already_scored(tiny_task, tmp_path, monkeypatch):
+    real = scoring.continuation_logliks
+    calls = []
+
+    def interrupted_after_three_batches(*args, **kwargs):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(kwargs["input_ids"].shape[0])
+        return real(*args, **kwargs)
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[0])
+        return real(*args, **kwargs)
+
+    step = PredictStep(model=TINY_MODEL, task=tiny_task, max_batch_size=16, step_name="predict")
+    workspace = LocalWorkspace(tmp_path / "ws")
+    monkeypatch.setattr(scoring, "continuation_logliks", interrupted_after_three_batches)
+    with pytest.raises(KeyboardInterrupt):
+        step.result(workspace)
+    assert step not in workspace.step_cache
+
+    calls.clear()
+    monkeypatch.setattr(scoring, "continuation_logliks", counting)
+    resumed = PredictStep(model=TINY_MODEL, task=tiny_task, max_batch_size=16, step_name="predict").result(workspace)
+    total = 2 * 2 * 128  # two choices, scored with and without the question, for 128 instances
+    assert sum(calls) == total - 3 * 16
+
+    fresh = PredictStep(model=TINY_MODEL, task=tiny_task, max_batch_size=16, step_name="p").result(
+        LocalWorkspace(tmp_path / "fresh")
+    )
+    assert resumed == fresh
+
+
+def test_prediction_killed_resumes_in_a_new_run(tmp_path):
+    steps = {"predict": {"type": "catwalk::predict", "model": TINY_MODEL, "task": PIQA, "max_batch_size": 1}}
+    config, workspace = write_config(tmp_path / "predict.json", steps), tmp_path / "ws"
+    run = start_run(config, workspace)
+
+    def scored() -> int:
+        journals = list(workspace.glob("cache/*/work/scores.jsonl"))
+        return len(journals[0].read_text().splitlines()) - 1 if journals else 0
+
+    wait_for(lambda: scored() >= 40)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    done = scored()
+    assert not list(workspace.glob("cache/*/cache-metadata.json"))
+    output = finish(start_run(config, workspace))
+    first_progress = output.split("Log-likelihood queries:")[1]
+    assert f" {done}/512 " in first_progress.split("[")[0] or f"| {done}/512" in first_progress
+    assert len(LocalWorkspace(workspace).step_result("predict")) == 128
+
+
+def test_killed_while_writing_a_result_leaves_no_cache_entry(tmp_path):
+    script = f"""
+import os, signal
+import catwalk_steps.atomic as atomic
+from catwalk_steps import PredictStep, PiqaTask
+from tango.workspaces import LocalWorkspace
+
+def half_written_then_killed(path, write):
+    write(path.with_name(path.name + ".tmp"))
+    with open(path, "w") as f:
+        f.write('[{{"id": "torn')  # as if a non-atomic writer were cut off
+    os.kill(os.getpid(), signal.SIGKILL)
+
+atomic.replace_atomically = half_written_then_killed
+task = PiqaTask(data_files={PIQA["data_files"]!r})
+PredictStep(model={TINY_MODEL!r}, task=task, limit=4, step_name="p").result(LocalWorkspace({str(tmp_path / "ws")!r}))
+"""
+    killed = subprocess.run([sys.executable, "-c", script], cwd=REPO)
+    assert killed.returncode == -signal.SIGKILL
+    step = PredictStep(model=TINY_MODEL, task=PiqaTask(data_files=PIQA["data_files"]), limit=4, step_name="p")
+    workspace = LocalWorkspace(tmp_path / "ws")
+    assert step not in workspace.step_cache  # the torn file is never read as a result
+    assert len(step.result(workspace)) == 4
+    assert len(LocalWorkspace(tmp_path / "ws").step_cache[step]) == 4
+
+
+def test_concurrent_runs_train_once_and_share_the_result(tmp_path):
+    config = write_config(tmp_path / "train.json", {"finetune": {**FINETUNE, "train_epochs": 4}})
+    workspace = tmp_path / "ws"
+    first, second = start_run(config, workspace), start_run(config, workspace)
+    outputs = [finish(first), finish(second)]
+    assert sum('Starting step "finetune"' in output for output in outputs) == 1
+    assert len(list(workspace.glob("cache/*/cache-metadata.json"))) == 1
+
+
+def test_same_seed_gives_the_same_weights(tiny_task, tmp_path):
+    settings = dict(model=TINY_MODEL, tasks=[tiny_task], batch_size=8, train_epochs=1, train_limit=32)
+    checksums = []
+    for run in ("a", "b"):
+        FinetuneStep(step_name="finetune", **settings).result(LocalWorkspace(tmp_path / run))
+        (meta,) = (tmp_path / run).glob("cache/*/model.json")
+        checksums.append(json.loads(meta.read_text())["sha256"])
+    assert checksums[0] == checksums[1]
+
+
+@pytest.mark.parametrize(
+    "steps, message",
+    [
+        ({"f": {**FINETUNE, "tasks": ["piqaa"]}}, "piqaa"),
+        ({"f": {**FINETUNE, "model": "rc::/no/such/model"}}, "no such local directory: /no/such/model"),
+        ({"p": {"type": "catwalk::predict", "model": "gpt2", "task": PIQA}}, "Unknown model spec 'gpt2'"),
+        ({"p": {"type": "catwalk::predict", "model": TINY_MODEL, "task": PIQA, "device": "cuda:3"}}, "no CUDA device"),
+        ({"f": FINETUNE, "p": {"type": "catwalk::predict", "model": {"type": "ref", "ref": "f"}, "task": PIQA,
+                               "max_batch_size": 0}}, "max_batch_size and max_batch_tokens must be positive"),
+    ],
+)
+def test_bad_input_fails_with_a_clear_message(tmp_path, steps, message):
+    with pytest.raises(Exception) as error:
+        graph = StepGraph.from_params(steps)
+        for step in graph.values():
+            step.result(LocalWorkspace(tmp_path))
+    assert message in str(error.value)
+    assert not list(tmp_path.glob("cache/FinetuneStep*/work/checkpoint_state_latest"))  # failed before training
+
+
+def test_unknown_task_lists_the_known_ones():
+    with pytest.raises(ConfigurationError) as error:
+        StepGraph.from_params({"f": {**FINETUNE, "tasks": [{"type": "piqaa"}]}})
+    assert "piqaa" in str(error.value) and "arc_easy" in str(error.value)
+
+
+def test_malformed_jsonnet_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.jsonnet"
+    bad.write_text('{\n  steps: {\n    f: { type: "catwalk::finetune", \n  }\n')
+    done = subprocess.run([TANGO, "run", str(bad), "-w", str(tmp_path / "ws")], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode != 0
+    assert f"{bad}:4:5" in done.stdout + done.stderr
+
+
+def test_unwritable_workspace_fails_before_any_step(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigurationError, match="is not a writable directory"):
+        LocalWorkspace(tmp_path / "file" / "ws")

@@ -84,28 +84,27 @@ def test_training_killed_mid_run_resumes_from_its_last_checkpoint(tmp_path):
 
 
 def test_prediction_interrupted_resumes_from_the_instances_already_scored(tiny_task, tmp_path, monkeypatch):
-    real = scoring.continuation_logliks
+    real = scoring.shared_context_logliks
     calls = []
 
-    def interrupted_after_three_batches(*args, **kwargs):
+    def counting(lm, contexts, continuations, pad_token_id):
+        calls.append(sum(len(c) for c in continuations))
+        return real(lm, contexts, continuations, pad_token_id)
+
+    def interrupted_after_three_batches(*args):
         if len(calls) == 3:
             raise KeyboardInterrupt
-        calls.append(kwargs["input_ids"].shape[0])
-        return real(*args, **kwargs)
-
-    def counting(*args, **kwargs):
-        calls.append(kwargs["input_ids"].shape[0])
-        return real(*args, **kwargs)
+        return counting(*args)
 
     step = PredictStep(model=TINY_MODEL, task=tiny_task, max_batch_size=16, step_name="predict")
     workspace = LocalWorkspace(tmp_path / "ws")
-    monkeypatch.setattr(scoring, "continuation_logliks", interrupted_after_three_batches)
+    monkeypatch.setattr(scoring, "shared_context_logliks", interrupted_after_three_batches)
     with pytest.raises(KeyboardInterrupt):
         step.result(workspace)
     assert step not in workspace.step_cache
 
     calls.clear()
-    monkeypatch.setattr(scoring, "continuation_logliks", counting)
+    monkeypatch.setattr(scoring, "shared_context_logliks", counting)
     resumed = PredictStep(model=TINY_MODEL, task=tiny_task, max_batch_size=16, step_name="predict").result(workspace)
     total = 2 * 2 * 128  # two choices, scored with and without the question, for 128 instances
     assert sum(calls) == total - 3 * 16

@@ -73,3 +73,35 @@ def test_budget_batches_cover_everything_longest_first_within_budget():
     assert all(len(b) <= 3 and len(b) * max(lengths[i] for i in b) <= 80 for b in batches)
     assert [lengths[i] for i in batches[0]] == [40, 40]
     assert list(budget_batches([100], max_batch_size=4, max_batch_tokens=10)) == [[0]]
+
+
+def test_shared_context_scoring_equals_the_plain_method(tiny):
+    import random
+
+    from catwalk_steps.models.scoring import collate_queries, continuation_logliks
+    from catwalk_steps.models.shared_context import shared_context_logliks
+
+    tokenizer, lm = tiny
+    rng = random.Random(0)
+    words = "use a sharp knife the fridge broom to cut wash and do it first".split()
+    groups = []
+    for _ in range(12):
+        context = "Question: " + " ".join(rng.choices(words, k=rng.randint(1, 12))) + "\nAnswer:"
+        choices = [" " + " ".join(rng.choices(words, k=rng.randint(1, 9))) for _ in range(rng.choice([2, 4]))]
+        groups.append([encode_pair(tokenizer, context, c) for c in choices])
+    groups.append([encode_pair(tokenizer, "Q", " a"), encode_pair(tokenizer, "Q", " b")])  # one-token choices
+    with torch.no_grad():
+        shared = shared_context_logliks(
+            lm, [g[0].context for g in groups], [[q.continuation for q in g] for g in groups], tokenizer.pad_token_id
+        )
+        flat = [q for g in groups for q in g]
+        plain = continuation_logliks(lm, **collate_queries(flat, tokenizer.pad_token_id, 64)).tolist()
+    assert [v for vs in shared for v in vs] == pytest.approx(plain, abs=1e-4)
+
+    # Through score_queries, with one instance too long to share (it is truncated instead).
+    long_context = " ".join(["the box"] * 40)
+    too_long = [encode_pair(tokenizer, long_context, c) for c in (" Use a broom.", " Use the key.")]
+    kwargs = dict(pad_token_id=tokenizer.pad_token_id, max_length=64, max_batch_size=8, max_batch_tokens=4096)
+    mixed = score_queries(lm, flat + too_long, **kwargs)
+    one_by_one = [score_queries(lm, [q], **kwargs)[0] for q in flat + too_long]
+    assert mixed == pytest.approx(one_by_one, abs=1e-4)

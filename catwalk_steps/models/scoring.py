@@ -15,6 +15,8 @@ import torch
 from tango.common.exceptions import ConfigurationError
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .shared_context import shared_context_logliks
+
 
 @dataclass(frozen=True)
 class Query:
@@ -133,22 +135,58 @@ def score_queries(
 ) -> List[float]:
     """Summed log-likelihood of every query's continuation, in the order given.
 
-    Queries whose index is in ``known`` are not scored again. ``on_batch`` receives each
-    scored batch's ``(index, loglik)`` pairs, and ``progress`` (a tqdm bar) advances by its size.
+    Queries that share a context (the choices of one instance) are scored against a single
+    encoding of it (:mod:`.shared_context`); the others, and any that must be truncated, in
+    left-padded batches. Batches are packed longest first within ``max_batch_size`` queries and
+    ``max_batch_tokens`` padded tokens. Queries whose index is in ``known`` are not scored again.
+    ``on_batch`` receives each scored batch's ``(index, loglik)`` pairs, and ``progress`` (a
+    tqdm bar) advances by its size.
     """
     device = next(lm.parameters()).device
-    known = known or {}
-    todo = [i for i in range(len(queries)) if i not in known]
-    lengths = [len(model_input(queries[i], max_length)[0]) for i in todo]
-    logliks = dict(known)
-    for batch in budget_batches(lengths, max_batch_size, max_batch_tokens):
-        indices = [todo[i] for i in batch]
-        tensors = collate_queries([queries[i] for i in indices], pad_token_id, max_length)
-        values = continuation_logliks(lm, **{k: v.to(device) for k, v in tensors.items()})
-        scored = list(zip(indices, values.tolist()))
+    logliks = dict(known or {})
+    groups: Dict[Tuple[int, ...], List[int]] = {}
+    for i in range(len(queries)):
+        if i not in logliks:
+            groups.setdefault(queries[i].context, []).append(i)
+    fits = _accepts_logits_to_keep(lm) and "past_key_values" in inspect.signature(lm.forward).parameters
+
+    def shareable(members: List[int]) -> bool:
+        return fits and len(members) > 1 and all(
+            len(queries[i].context) + len(queries[i].continuation) <= max_length + 1 for i in members
+        )
+
+    # Groups larger than a batch (e.g. every choice after an unconditioned "Answer:") are split.
+    shared = [
+        members[start:start + max_batch_size]
+        for members in groups.values() if shareable(members)
+        for start in range(0, len(members), max_batch_size)
+    ]
+    single = [i for members in groups.values() if not shareable(members) for i in members]
+
+    def record(scored: List[Tuple[int, float]]) -> None:
         logliks.update(scored)
         if on_batch is not None:
             on_batch(scored)
         if progress is not None:
-            progress.update(len(batch))
+            progress.update(len(scored))
+
+    # A group costs its context once plus every continuation; batch sizes count queries.
+    cost = [len(queries[m[0]].context) + len(m) * max(len(queries[i].continuation) for i in m) for m in shared]
+    per_group = max(len(m) for m in shared) if shared else 1
+    for batch in budget_batches(cost, max(1, max_batch_size // per_group), max_batch_tokens):
+        members = [shared[g] for g in batch]
+        values = shared_context_logliks(
+            lm,
+            [queries[m[0]].context for m in members],
+            [[queries[i].continuation for i in m] for m in members],
+            pad_token_id,
+        )
+        record([(i, v) for m, vs in zip(members, values) for i, v in zip(m, vs)])
+
+    lengths = [len(model_input(queries[i], max_length)[0]) for i in single]
+    for batch in budget_batches(lengths, max_batch_size, max_batch_tokens):
+        indices = [single[i] for i in batch]
+        tensors = collate_queries([queries[i] for i in indices], pad_token_id, max_length)
+        values = continuation_logliks(lm, **{k: v.to(device) for k, v in tensors.items()})
+        record(list(zip(indices, values.tolist())))
     return [logliks[i] for i in range(len(queries))]

@@ -40,8 +40,9 @@ EnvironmentMetadata.__init__ = _environment_init_with_safe_git  # type: ignore[m
 
 
 def _wait_lock(workspace: LocalWorkspace, step: Step) -> FileLock:
-    # Beside Tango's own per-step lock, which a second process fails on at once.
-    return FileLock(str(workspace.step_dir(step)) + ".wait")
+    # Not Tango's own per-step lock, which a second process fails on at once; and outside the
+    # cache dir, where Tango expects only step dirs.
+    return FileLock(workspace.dir / "catwalk-locks" / f"{step.unique_id}.lock")
 
 
 _run_with_work_dir = Step._run_with_work_dir

@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 class PeakMemory:
     """Peak resident memory above the level at entry, sampled every 2 ms (torch's CPU
-    allocations are invisible to tracemalloc)."""
+    allocations are invisible to tracemalloc). Each scorer runs in a fresh process, so no
+    scorer reuses memory that another one freed."""
 
     def __enter__(self):
         import psutil
@@ -142,25 +143,51 @@ def matmul_flops() -> float:
     return 2 * 2048**3 * n / (time.perf_counter() - start)
 
 
-def scoring_table(directory: Path, count: int, repeats: int) -> None:
+SCORERS = ("ours", "naive", "lm-eval")
+
+
+def measure_one(directory: Path, scorer: str, data: str, count: int, repeats: int) -> None:
+    """Runs in a child process: prints one scorer's rate, peak memory and log-likelihoods."""
     from catwalk_steps.models.loading import ModelSpec
 
     spec = ModelSpec(str(directory))
     tokenizer, lm = spec.load_tokenizer(), spec.load_model().eval()
-    scorers = {"ours": ours, "naive": naive, "lm-eval": lm_eval_scorer(directory)}
+    function = {"ours": ours, "naive": naive}.get(scorer) or lm_eval_scorer(directory)
+    pairs = [(c, x) for c, xs in datasets(count)[data] for x in xs]
+    rate, peak, values = timed(function, lm, tokenizer, pairs, repeats)
+    print(json.dumps({"rate": rate, "peak": peak, "values": values}))
+
+
+def scoring_table(directory: Path, count: int, repeats: int) -> None:
+    import subprocess
+    import sys
+
+    from catwalk_steps.models.loading import ModelSpec
+
+    spec = ModelSpec(str(directory))
+    tokenizer, lm = spec.load_tokenizer(), spec.load_model()
     peak_flops = matmul_flops()
     non_embedding = sum(p.numel() for n, p in lm.named_parameters() if "wte" not in n and "wpe" not in n)
-    print(f"\nScoring: {threading.active_count()} threads, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} intra-op threads; 2048^3 matmul: {peak_flops / 1e9:.1f} GFLOP/s")
-    print("| data | scorer | queries/s | peak MiB | ours / this | max |Δ loglik| vs ours | model GFLOP/s | of matmul |")
+    print(f"\nScoring on CPU, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"a 2048^3 fp32 matmul runs at {peak_flops / 1e9:.1f} GFLOP/s")
+    print("| data | scorer | queries/s | peak MiB | ours / this | max abs diff in loglik vs ours "
+          "| effective GFLOP/s | of matmul |")
     print("|---|---|---|---|---|---|---|---|")
     for name, instances in datasets(count).items():
         pairs = [(c, x) for c, xs in instances for x in xs]
-        results = {key: timed(scorer, lm, tokenizer, pairs, repeats) for key, scorer in scorers.items()}
+        results = {}
+        for key in SCORERS:
+            child = subprocess.run(
+                [sys.executable, __file__, "--one", str(directory), key, name, str(count), str(repeats)],
+                capture_output=True, text=True, check=True,
+            )
+            found = json.loads(child.stdout.strip().splitlines()[-1])
+            results[key] = (found["rate"], found["peak"], found["values"])
         tokens = sum(len(tokenizer.encode(c + x)) for c, x in pairs)
         for key, (rate, peak, values) in results.items():
             diff = max(abs(a - b) for a, b in zip(values, results["ours"][2]))
-            # forward FLOPs ~ 2 * parameters * tokens processed (lm head counted once per token)
+            # the FLOPs of a plain forward pass over every query's tokens (2 * parameters * tokens),
+            # per second: above 100% means the scorer skips work (shared contexts, fewer logits)
             flops = 2 * (non_embedding + lm.lm_head.weight.numel()) * tokens / (len(pairs) / rate)
             ratio = results["ours"][0] / rate
             print(f"| {name} | {key} | {rate:.1f} | {peak:.0f} | {ratio:.2f}x | {diff:.1e} | "
@@ -246,7 +273,12 @@ def training_table(directory: Path, epochs: int, limit: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat: a smoke run")
+    parser.add_argument("--one", nargs=5, help=argparse.SUPPRESS)  # internal: one scorer in a child
     args = parser.parse_args()
+    if args.one:
+        directory, scorer, data, count, repeats = args.one
+        measure_one(Path(directory), scorer, data, int(count), int(repeats))
+        return
     from tango.common.logging import initialize_logging
 
     initialize_logging(log_level="warning")

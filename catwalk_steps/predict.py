@@ -16,6 +16,9 @@ from .tasks import MultipleChoiceTask
 from .weights import FinetunedModel
 
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
 def weights_fingerprint(state_dict: Optional[Dict[str, torch.Tensor]]) -> Optional[str]:
     if state_dict is None:
         return None
@@ -63,6 +66,8 @@ class PredictStep(Step):
         if kwargs.get("max_batch_size", 1) < 1 or kwargs.get("max_batch_tokens", 1) < 1:
             raise ConfigurationError("max_batch_size and max_batch_tokens must be positive")
         resolve_device(kwargs.get("device", "auto"))
+        if kwargs.get("dtype", "float32") not in DTYPES:
+            raise ConfigurationError(f"dtype must be one of {', '.join(DTYPES)}, got {kwargs['dtype']!r}")
         if isinstance(kwargs.get("model"), str):
             ModelSpec.parse(kwargs["model"])
         return kwargs
@@ -76,6 +81,7 @@ class PredictStep(Step):
         limit: Optional[int] = None,
         tokenizer: Optional[str] = None,
         device: str = "auto",
+        dtype: str = "float32",
         max_batch_size: int = 32,
         max_batch_tokens: int = 16384,
     ) -> List[Dict[str, Any]]:
@@ -83,6 +89,8 @@ class PredictStep(Step):
         :param limit: score only the first ``limit`` instances.
         :param tokenizer: for a model spec, the tokenizer if not the model's own.
         :param device: ``"auto"`` (CUDA if present, else CPU), or a torch device such as ``"cuda:1"``.
+        :param dtype: the weights' dtype while scoring: ``"bfloat16"`` or ``"float16"`` for speed on
+            GPUs (log-probabilities are still normalised in float32). Part of the cache key.
         :param max_batch_size: most queries (context, continuation pairs) in one forward pass.
         :param max_batch_tokens: most padded tokens in one forward pass.
         """
@@ -106,7 +114,7 @@ class PredictStep(Step):
             journal = Journal(self.work_dir_for_run / "scores.jsonl", work)
         known = journal.load() if journal else {}
 
-        lm = spec.load_model(state_dict).to(torch_device).eval()
+        lm = spec.load_model(state_dict).to(device=torch_device, dtype=DTYPES[dtype]).eval()
         self.logger.info("Scoring %d queries of %d instances on %s", len(queries), len(instances), torch_device)
         with Tqdm.tqdm(total=len(queries), initial=len(known), desc="Log-likelihood queries") as progress:
             logliks = score_queries(

@@ -105,3 +105,22 @@ def test_shared_context_scoring_equals_the_plain_method(tiny):
     mixed = score_queries(lm, flat + too_long, **kwargs)
     one_by_one = [score_queries(lm, [q], **kwargs)[0] for q in flat + too_long]
     assert mixed == pytest.approx(one_by_one, abs=1e-4)
+
+
+def test_bfloat16_scoring_stays_close_and_float32_is_the_default(tiny_task, tmp_path):
+    from tango.common.exceptions import ConfigurationError
+    from tango.workspaces import LocalWorkspace
+
+    from catwalk_steps import PredictStep
+
+    def run(**settings):
+        step = PredictStep(model=TINY_MODEL, task=tiny_task, limit=16, step_name="p", **settings)
+        return step, step.result(LocalWorkspace(tmp_path))
+
+    plain_step, plain = run()
+    half_step, half = run(dtype="bfloat16")
+    assert run(dtype="float32")[1] == plain and half_step.unique_id != plain_step.unique_id
+    for a, b in zip(plain, half):
+        assert a["logliks"] == pytest.approx(b["logliks"], rel=0.05)
+    with pytest.raises(ConfigurationError, match="dtype must be one of"):
+        PredictStep(model=TINY_MODEL, task=tiny_task, dtype="int8")

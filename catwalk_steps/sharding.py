@@ -6,7 +6,7 @@ every ``world_size``-th example of it. Validation shards are padded with zero-we
 instead of the repeated real samples of ``DistributedSampler``, so the accuracy is exact.
 """
 
-from typing import Any, Dict, Iterator, Optional, Sequence
+from typing import Any, Dict, Iterator, Sequence
 
 import torch.distributed as dist
 from torch.utils.data import Dataset, DistributedSampler

@@ -63,7 +63,7 @@ def test_second_run_is_all_cache_hits(first_run):
 @pytest.mark.ddp
 def test_two_process_run_gives_the_same_metrics_and_cache_key(first_run, tmp_path):
     workspace, _ = first_run
-    output = tango_run("configs/piqa_tiny_ddp.jsonnet", tmp_path / "ddp", "ddp")
+    tango_run("configs/piqa_tiny_ddp.jsonnet", tmp_path / "ddp", "ddp")
     assert list((tmp_path / "ddp").glob("**/checkpoint_state_best/worker1_trainer.pt")), "no second DDP worker ran"
     assert metrics(tmp_path / "ddp", "ddp") == metrics(workspace, "first")
     # The same cache key (so in the first workspace this config would train nothing).

@@ -1,7 +1,6 @@
 import os
 
 import pytest
-import torch
 from tango.common.exceptions import ConfigurationError
 from tango.common.lazy import Lazy
 from tango.integrations.torch import TrainCallback

@@ -32,7 +32,8 @@ class MetricsTable:
     def to_rich(self, title: str = "Metrics") -> Table:
         table = Table(title=title)
         for column in self.columns:
-            table.add_column(column, justify="left" if isinstance(self.rows[0].get(column), str) else "right")
+            text = any(isinstance(row.get(column), str) for row in self.rows)
+            table.add_column(column, justify="left" if text else "right")
         for cells in self.cells():
             table.add_row(*cells)
         return table

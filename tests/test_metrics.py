@@ -39,3 +39,9 @@ def test_table_splits_names_and_writes_markdown_csv_json(tmp_path):
     assert MetricsTableFormat().read(tmp_path) == table
     with pytest.raises(ConfigurationError, match="does not split into task/model/seed"):
         MetricsTable.from_results({"piqa/gpt2": {}}, ["task", "model", "seed"])
+
+
+def test_an_empty_table_still_renders():
+    table = MetricsTable.from_results({}, ["run"])
+    assert table.to_markdown() == "| run |\n|---|\n"
+    assert table.to_rich().row_count == 0

@@ -200,11 +200,10 @@ def plain_loop(spec, examples, batch_size: int, epochs: int, lr: float) -> float
     from transformers import get_linear_schedule_with_warmup
 
     from catwalk_steps.models.rank_classification import RankClassificationCollator, RankClassificationModel
-    from catwalk_steps.sharding import GlobalOrderSampler
 
     torch.manual_seed(42)
     model = RankClassificationModel(spec).train()
-    loader = DataLoader(examples, batch_size=batch_size, drop_last=True, sampler=GlobalOrderSampler(examples, seed=42),
+    loader = DataLoader(examples, batch_size=batch_size, drop_last=True, shuffle=True, generator=torch.Generator().manual_seed(42),
                         collate_fn=RankClassificationCollator(spec.load_tokenizer().pad_token_id, 512))
     steps = len(loader) * epochs
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)

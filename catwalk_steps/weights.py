@@ -39,6 +39,10 @@ class FinetunedModel:
         return self.spec.load_model(self.state_dict)
 
 
+def _storage_key(tensor: torch.Tensor):
+    return tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride()
+
+
 def _split_aliases(state_dict: Dict[str, torch.Tensor]):
     """Tied weights (GPT-2's ``lm_head.weight`` is ``transformer.wte.weight``) share storage;
     safetensors stores each storage once, so the others are recorded as aliases."""
@@ -46,7 +50,7 @@ def _split_aliases(state_dict: Dict[str, torch.Tensor]):
     aliases: Dict[str, str] = {}
     owners: Dict[Any, str] = {}
     for name, tensor in state_dict.items():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride())
+        key = _storage_key(tensor)
         if key in owners:
             aliases[name] = owners[key]
         else:
@@ -55,22 +59,49 @@ def _split_aliases(state_dict: Dict[str, torch.Tensor]):
     return unique, aliases
 
 
+def cpu_state_dict(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    """A CPU copy of ``module``'s state dict in which tied weights stay one tensor."""
+    copies: Dict[Any, torch.Tensor] = {}
+    state_dict = {}
+    for name, tensor in module.state_dict().items():
+        key = _storage_key(tensor)
+        if key not in copies:
+            copies[key] = tensor.detach().cpu()
+        state_dict[name] = copies[key]
+    return state_dict
+
+
+def save_state_dict(state_dict: Dict[str, torch.Tensor], path: Path) -> Dict[str, Any]:
+    """Writes CPU tensors to a safetensors file atomically; returns what :func:`load_state_dict`
+    needs to read them back: the key order, the tied-weight aliases and the file's sha256."""
+    unique, aliases = _split_aliases(state_dict)
+    for name, tensor in unique.items():
+        if tensor.device.type != "cpu":
+            raise ValueError(f"Refusing to cache {name} on {tensor.device}: results hold CPU tensors only")
+    replace_atomically(path, lambda p: save_file(unique, str(p)))
+    return {"aliases": aliases, "keys": list(state_dict), "sha256": sha256_of_file(path)}
+
+
+def load_state_dict(path: Path, meta: Dict[str, Any]) -> Dict[str, torch.Tensor]:
+    """Reads a file written by :func:`save_state_dict`, refusing one that was altered since."""
+    if sha256_of_file(path) != meta["sha256"]:
+        raise CorruptCacheError(
+            f"{path} does not match the checksum recorded when it was written; "
+            "delete this cache entry and run again"
+        )
+    unique = load_file(str(path))
+    return {name: unique[name] if name in unique else unique[meta["aliases"][name]] for name in meta["keys"]}
+
+
 @Format.register("catwalk::finetuned_model")
 class FinetunedModelFormat(Format[FinetunedModel]):
     VERSION = "1"
 
     def write(self, artifact: FinetunedModel, dir: PathOrStr) -> None:
         dir = Path(dir)
-        unique, aliases = _split_aliases(artifact.state_dict)
-        for name, tensor in unique.items():
-            if tensor.device.type != "cpu":
-                raise ValueError(f"Refusing to cache {name} on {tensor.device}: results hold CPU tensors only")
-        replace_atomically(dir / WEIGHTS_FILE, lambda p: save_file(unique, str(p)))
         meta = {
             "spec": artifact.spec.to_json(),
-            "aliases": aliases,
-            "keys": list(artifact.state_dict),
-            "sha256": sha256_of_file(dir / WEIGHTS_FILE),
+            **save_state_dict(artifact.state_dict, dir / WEIGHTS_FILE),
             "training_metrics": artifact.training_metrics,
         }
         replace_atomically(dir / META_FILE, lambda p: p.write_text(json.dumps(meta, indent=2)))
@@ -78,14 +109,5 @@ class FinetunedModelFormat(Format[FinetunedModel]):
     def read(self, dir: PathOrStr) -> FinetunedModel:
         dir = Path(dir)
         meta = json.loads((dir / META_FILE).read_text())
-        weights = dir / WEIGHTS_FILE
-        if sha256_of_file(weights) != meta["sha256"]:
-            raise CorruptCacheError(
-                f"{weights} does not match the checksum recorded when it was written; "
-                "delete this cache entry and run again"
-            )
-        unique = load_file(str(weights))
-        state_dict = {
-            name: unique[name] if name in unique else unique[meta["aliases"][name]] for name in meta["keys"]
-        }
+        state_dict = load_state_dict(dir / WEIGHTS_FILE, meta)
         return FinetunedModel(ModelSpec(**meta["spec"]), state_dict, meta["training_metrics"])

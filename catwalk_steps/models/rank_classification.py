@@ -1,15 +1,13 @@
 """The training-time rank-classification model and its collator.
 
-Every choice of an instance is collated into the same batch, so ``forward()`` can compute the
-loss *and* the accuracy itself. Validation accuracy is accumulated across the validation loop
-and summed over ranks inside ``forward()``: the trainer only ever reads an exact, already
-global number, and no torchmetrics object has to sync in a callback.
+Every choice of an instance is collated into the same batch, so ``forward()`` returns, besides
+the loss, each instance's loss and whether its best-scored choice is the gold one: the training
+loop sums those into an exact validation accuracy, with no metric object to sync across ranks.
 """
 
 from typing import Any, Dict, List
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from tango.integrations.torch import DataCollator, Model
 
@@ -21,14 +19,6 @@ class RankClassificationModel(Model):
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.lm = spec.load_model()
-        # Validation sums since the model last entered eval mode: [correct, weighted loss, count].
-        # A plain attribute, not a buffer, so that DDP does not broadcast it.
-        self._val_sums = [0.0, 0.0, 0.0]
-
-    def train(self, mode: bool = True) -> "RankClassificationModel":
-        if not mode:
-            self._val_sums = [0.0, 0.0, 0.0]
-        return super().train(mode)
 
     def forward(
         self,
@@ -40,22 +30,14 @@ class RankClassificationModel(Model):
         choice_instance: torch.Tensor,
         choice_index: torch.Tensor,
         labels: torch.Tensor,
-        weights: torch.Tensor,
     ) -> Dict[str, torch.Tensor]:
+        """``loss``: the mean over instances of the cross-entropy over their choices' summed
+        log-likelihoods; ``losses`` and ``correct``: per instance."""
         logliks = continuation_logliks(self.lm, input_ids, attention_mask, position_ids, targets, target_mask)
         scores = logliks.new_full((labels.shape[0], int(choice_index.max()) + 1), float("-inf"))
         scores = scores.index_put((choice_instance, choice_index), logliks)
         losses = F.cross_entropy(scores, labels, reduction="none")
-        loss = (losses * weights).sum() / weights.sum()
-        if self.training:
-            return {"loss": loss}
-        correct = (scores.argmax(-1) == labels).to(weights.dtype)
-        batch_sums = torch.stack([(correct * weights).sum(), (losses * weights).sum(), weights.sum()])
-        if dist.is_available() and dist.is_initialized():
-            dist.all_reduce(batch_sums)
-        self._val_sums = [total + value for total, value in zip(self._val_sums, batch_sums.tolist())]
-        correct_total, loss_total, count = self._val_sums
-        return {"loss": torch.tensor(loss_total / count), "acc": torch.tensor(correct_total / count)}
+        return {"loss": losses.mean(), "losses": losses.detach(), "correct": scores.argmax(-1) == labels}
 
 
 class RankClassificationCollator(DataCollator[Dict[str, Any]]):
@@ -78,5 +60,4 @@ class RankClassificationCollator(DataCollator[Dict[str, Any]]):
             [choice for item in items for choice in range(len(item["queries"]))], dtype=torch.long
         )
         batch["labels"] = torch.tensor([item["label"] for item in items], dtype=torch.long)
-        batch["weights"] = torch.tensor([item.get("weight", 1.0) for item in items], dtype=torch.float32)
         return batch

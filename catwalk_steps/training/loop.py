@@ -1,0 +1,227 @@
+"""The training loop: one function that every worker runs, readable in one sitting.
+
+What makes its result independent of how it was computed:
+- each optimizer step is one whole global batch of the :class:`~.batches.BatchPlan`, its
+  micro-batches shared out over the workers, their losses averaged over the whole batch;
+- before each micro-batch's forward pass the RNG is seeded from (seed, step, micro-batch), so the
+  dropout masks do not depend on the rank, the device count or on interruptions;
+- validation is exact (per-instance sums over each worker's shard, summed over workers) and runs
+  at every checkpoint, so the best validation's weights are always saved;
+- checkpoints hold the global state (see :mod:`.checkpoints`), so a run resumes on any number of
+  devices.
+"""
+
+import logging
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+from tango.common import DatasetDict, Tqdm
+from tango.common.lazy import Lazy
+from tango.integrations.torch import TrainCallback, TrainConfig
+from tango.workspace import Workspace
+from torch.nn.parallel import DistributedDataParallel
+from transformers import get_linear_schedule_with_warmup
+
+from ..models.loading import ModelSpec
+from ..models.rank_classification import RankClassificationCollator, RankClassificationModel
+from ..weights import cpu_state_dict
+from .batches import BatchPlan
+from .checkpoints import CheckpointStore, Progress
+from .seeds import derive_seed
+
+Example = Dict[str, Any]
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainingJob:
+    """Everything a worker needs to train; sent once to each DDP worker."""
+
+    spec: ModelSpec
+    train: List[Example]
+    validation: Optional[List[Example]]
+    plan: BatchPlan
+    train_steps: int
+    validate_every: int
+    learning_rate: float
+    weight_decay: float
+    warmup_steps: int
+    max_grad_norm: Optional[float]
+    pad_token_id: int
+    max_length: int
+    work_dir: Path
+    device_type: str
+    log_every: int
+    # For Tango train callbacks, which observe only.
+    callbacks: Optional[List[Lazy[TrainCallback]]] = None
+    workspace: Optional[Workspace] = None
+    step_id: str = ""
+    step_name: Optional[str] = None
+
+    @property
+    def checkpoints(self) -> CheckpointStore:
+        return CheckpointStore(self.work_dir / "checkpoints")
+
+    def is_checkpoint_step(self, steps_done: int) -> bool:
+        return steps_done % self.validate_every == 0 or steps_done == self.train_steps
+
+
+@dataclass
+class EngineView:
+    """What Tango's callbacks read from a training engine."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    lr_scheduler: Any
+
+
+def _to(batch: Dict[str, torch.Tensor], device: torch.device) -> Dict[str, torch.Tensor]:
+    return {name: tensor.to(device) for name, tensor in batch.items()}
+
+
+def _sum_over_workers(values: torch.Tensor) -> torch.Tensor:
+    if dist.is_initialized():
+        dist.all_reduce(values)
+    return values
+
+
+@torch.no_grad()
+def validate(
+    model: RankClassificationModel, job: TrainingJob, collate, rank: int, world_size: int, device: torch.device
+) -> Dict[str, float]:
+    """Exact accuracy and mean loss over the whole validation split (worker ``rank`` scores every
+    ``world_size``-th instance; the sums, not per-worker means, are combined)."""
+    assert job.validation is not None
+    model.eval()
+    shard = job.validation[rank::world_size]
+    sums = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss, count
+    for start in range(0, len(shard), job.plan.micro_batch_size):
+        items = shard[start:start + job.plan.micro_batch_size]
+        outputs = model(**_to(collate(items), device))
+        sums += torch.stack([outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items))]).to(sums)
+    correct, loss, count = _sum_over_workers(sums).tolist()
+    model.train()
+    return {"val_acc": correct / count, "val_loss": loss / count}
+
+
+def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
+    device = torch.device("cuda", rank) if job.device_type == "cuda" else torch.device("cpu")
+    torch.manual_seed(derive_seed(job.plan.seed, "init"))  # for any freshly initialised weights
+    model = RankClassificationModel(job.spec).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=job.learning_rate, weight_decay=job.weight_decay)
+    schedule = get_linear_schedule_with_warmup(optimizer, job.warmup_steps, job.train_steps)
+    store, progress = job.checkpoints, Progress()
+    latest = store.latest()
+    if latest is not None:
+        weights, training_state, progress = store.load(latest)
+        model.lm.load_state_dict(weights)
+        optimizer.load_state_dict(training_state["optimizer"])
+        schedule.load_state_dict(training_state["schedule"])
+        if rank == 0:
+            logger.info("Resuming from the checkpoint of step %d (%s)", progress.step, latest)
+    trained = DistributedDataParallel(model) if world_size > 1 else model
+    collate = RankClassificationCollator(job.pad_token_id, job.max_length)
+    callbacks = _callbacks(job, rank, world_size, EngineView(trained, optimizer, schedule))
+    if latest is not None:
+        for callback, state in zip(callbacks, training_state.get("callbacks", [])):
+            callback.load_state_dict(state)
+
+    for callback in callbacks:
+        callback.pre_train_loop()
+    start, shown = progress.step, {}
+    bar = Tqdm.tqdm(total=job.train_steps, initial=start, desc="Training", disable=rank != 0)
+    for step in range(start, job.train_steps):
+        epoch = job.plan.epoch_of(step)
+        if step == start or step % job.plan.steps_per_epoch == 0:
+            for callback in callbacks:
+                if step != start:
+                    callback.post_epoch(step, epoch - 1)
+                callback.pre_epoch(step, epoch)
+
+        micro_batches = job.plan.micro_batches(step, rank, world_size)
+        batch_loss = torch.zeros((), device=device)
+        for n, (index, examples) in enumerate(micro_batches):
+            batch = _to(collate([job.train[i] for i in examples]), device)
+            for callback in callbacks:
+                callback.pre_batch(step, epoch, batch)
+            torch.manual_seed(derive_seed(job.plan.seed, "dropout", step, index))
+            # Gradients are all-reduced once per step, with the last micro-batch's backward pass.
+            last = n == len(micro_batches) - 1
+            with nullcontext() if last or world_size == 1 else trained.no_sync():
+                loss = trained(**batch)["loss"] / len(micro_batches)
+                loss.backward()
+            batch_loss += loss.detach()
+        if job.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), job.max_grad_norm)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        progress.step = step + 1
+        bar.update(1)
+
+        if progress.step % job.log_every == 0 or job.is_checkpoint_step(progress.step):
+            loss_value = _sum_over_workers(batch_loss).item() / world_size
+            for callback in callbacks:
+                callback.post_batch(step, epoch, loss_value, [])
+                callback.log_batch(step, epoch, loss_value, [])
+            shown["loss"] = f"{loss_value:.4f}"
+            bar.set_postfix(shown)
+
+        if job.is_checkpoint_step(progress.step):
+            if job.validation is not None:
+                record = {"step": progress.step, "epoch": epoch, **validate(model, job, collate, rank, world_size, device)}
+                progress.validations.append(record)
+                best = progress.best
+                for callback in callbacks:
+                    callback.post_val_loop(step, epoch, record["val_acc"], best["val_acc"])
+                shown.update(val_acc=f"{record['val_acc']:.4f}", best_val_acc=f"{best['val_acc']:.4f}")
+                bar.set_postfix(shown)
+            if rank == 0:
+                training_state = {
+                    "optimizer": optimizer.state_dict(),
+                    "schedule": schedule.state_dict(),
+                    "callbacks": [callback.state_dict() for callback in callbacks],
+                }
+                store.save(cpu_state_dict(model.lm), training_state, progress)
+            if world_size > 1:
+                dist.barrier()  # no worker moves on before the checkpoint is complete
+    bar.close()
+    last_epoch = job.plan.epoch_of(job.train_steps - 1)
+    for callback in callbacks:
+        callback.post_epoch(job.train_steps - 1, last_epoch)
+        callback.post_train_loop(job.train_steps - 1, last_epoch)
+
+
+def _callbacks(job: TrainingJob, rank: int, world_size: int, engine: EngineView) -> List[TrainCallback]:
+    if not job.callbacks:
+        return []
+    config = TrainConfig(
+        step_id=job.step_id,
+        work_dir=job.work_dir,
+        step_name=job.step_name,
+        worker_id=rank,
+        validation_split="validation" if job.validation is not None else None,
+        seed=job.plan.seed,
+        train_steps=job.train_steps,
+        grad_accum=job.plan.micro_batches_per_step // world_size,
+        log_every=job.log_every,
+        checkpoint_every=job.validate_every,
+        validate_every=job.validate_every,
+        is_distributed=world_size > 1,
+        devices=list(range(world_size)) if job.device_type == "cuda" else [-1] * world_size,
+        val_metric_name="acc",
+        minimize_val_metric=False,
+        world_size=world_size,
+    )
+    datasets = DatasetDict(splits={"train": job.train, **({"validation": job.validation} if job.validation else {})})
+    return [
+        callback.construct(
+            workspace=job.workspace, train_config=config, training_engine=engine, dataset_dict=datasets,
+            train_dataloader=None, validation_dataloader=None,
+        )
+        for callback in job.callbacks
+    ]

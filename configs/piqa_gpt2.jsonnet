@@ -8,6 +8,7 @@ local lib = import "lib.libsonnet";
 {
   steps: lib.finetune_and_evaluate("piqa/gpt2", "rc::gpt2", "piqa", {
     batch_size: 32,
+    micro_batch_size: 16,  // per device: 2 micro-batches on 1 GPU, 1 each on 2 (same model)
     train_epochs: 3,
     learning_rate: 2e-5,
     device_count: 1,

@@ -1,5 +1,6 @@
 """`tango run` on the offline demo, in a subprocess, exactly as a user runs it."""
 
+import json
 import os
 import subprocess
 import sys
@@ -64,7 +65,8 @@ def test_second_run_is_all_cache_hits(first_run):
 def test_two_process_run_gives_the_same_metrics_and_cache_key(first_run, tmp_path):
     workspace, _ = first_run
     tango_run("configs/piqa_tiny_ddp.jsonnet", tmp_path / "ddp", "ddp")
-    assert list((tmp_path / "ddp").glob("**/checkpoint_state_best/worker1_trainer.pt")), "no second DDP worker ran"
+    (state,) = (tmp_path / "ddp").glob("cache/FinetuneStep-*/work/checkpoints/step-*[0-9]/state.json")
+    assert json.loads(state.read_text())["world_size"] == 2
     assert metrics(tmp_path / "ddp", "ddp") == metrics(workspace, "first")
     # The same cache key (so in the first workspace this config would train nothing).
     (ddp_model,) = (tmp_path / "ddp" / "cache").glob("FinetuneStep-*")

@@ -17,7 +17,7 @@ from tango.workspaces import LocalWorkspace
 from catwalk_steps import FinetuneStep, PiqaTask, PredictStep
 from catwalk_steps.models import scoring
 
-from .conftest import NO_DROPOUT, REPO, TINY, TINY_MODEL
+from .conftest import REPO, TINY, TINY_MODEL
 
 pytestmark = pytest.mark.fault
 TANGO = str(Path(sys.executable).with_name("tango"))
@@ -26,8 +26,7 @@ PIQA = {"type": "piqa", "data_files": {"train": str(TINY / "train.jsonl"), "vali
 FINETUNE = {
     "type": "catwalk::finetune", "model": TINY_MODEL, "tasks": [PIQA], "batch_size": 16, "train_epochs": 40,
     "train_limit": 128, "validation_limit": 32, "validate_every": 8, "learning_rate": 1e-3,
-    "config_overrides": NO_DROPOUT,
-}
+}  # dropout on: resuming replays the same masks
 
 
 def write_config(path: Path, steps) -> Path:
@@ -56,15 +55,15 @@ def finish(process: subprocess.Popen) -> str:
 
 
 def trained_steps(workspace: Path) -> int:
-    (latest,) = workspace.glob("cache/*/work/checkpoint_state_latest")
-    return torch.load(latest / "worker0_trainer.pt")["training_steps"]
+    (latest,) = workspace.glob("cache/*/work/checkpoints/latest.json")
+    return json.loads(latest.read_text())["step"]
 
 
 def test_training_killed_mid_run_resumes_from_its_last_checkpoint(tmp_path):
     config = write_config(tmp_path / "train.json", {"finetune": FINETUNE})
     workspace = tmp_path / "ws"
     run = start_run(config, workspace)
-    wait_for(lambda: list(workspace.glob("cache/*/work/checkpoint_state_latest")) and trained_steps(workspace) >= 24)
+    wait_for(lambda: list(workspace.glob("cache/*/work/checkpoints/latest.json")) and trained_steps(workspace) >= 24)
     run.send_signal(signal.SIGKILL)
     run.wait()
     resume_at = trained_steps(workspace)
@@ -72,7 +71,7 @@ def test_training_killed_mid_run_resumes_from_its_last_checkpoint(tmp_path):
     assert not list(workspace.glob("cache/*/cache-metadata.json"))  # nothing half-cached
 
     output = finish(start_run(config, workspace))  # the killed run's lock does not block
-    assert f"Catching dataloader up to step {resume_at}" in output
+    assert f"Resuming from the checkpoint of step {resume_at}" in output
     resumed = LocalWorkspace(workspace).step_result("finetune")
 
     # Resuming gives exactly the weights of a run that was never interrupted.
@@ -197,7 +196,7 @@ def test_bad_input_fails_with_a_clear_message(tmp_path, steps, message):
         for step in graph.values():
             step.result(LocalWorkspace(tmp_path))
     assert message in str(error.value)
-    assert not list(tmp_path.glob("cache/FinetuneStep*/work/checkpoint_state_latest"))  # failed before training
+    assert not list(tmp_path.glob("cache/FinetuneStep*/work/checkpoints"))  # failed before training
 
 
 def test_unknown_task_lists_the_known_ones():

@@ -62,8 +62,11 @@ class CheckpointStore:
         pointer = self.dir / LATEST
         return self._path(json.loads(pointer.read_text())["step"]) if pointer.exists() else None
 
-    def save(self, weights: Dict[str, torch.Tensor], training_state: Dict[str, Any], progress: Progress) -> None:
-        """Writes the checkpoint of ``progress.step``, then keeps only it and the best one."""
+    def save(
+        self, weights: Dict[str, torch.Tensor], training_state: Dict[str, Any], progress: Progress, world_size: int
+    ) -> None:
+        """Writes the checkpoint of ``progress.step``, then keeps only it and the best one.
+        ``world_size`` is recorded for people, and never read back."""
         self.dir.mkdir(parents=True, exist_ok=True)
         final = self._path(progress.step)
         temp = final.with_name("." + final.name + ".tmp")
@@ -72,7 +75,7 @@ class CheckpointStore:
         meta = save_state_dict(weights, temp / WEIGHTS)
         torch.save(training_state, temp / OPTIMIZER)
         _fsync(temp / OPTIMIZER)
-        (temp / STATE).write_text(json.dumps({"progress": asdict(progress), "weights": meta}, indent=1))
+        (temp / STATE).write_text(json.dumps({"progress": asdict(progress), "weights": meta, "world_size": world_size}, indent=1))
         _fsync(temp / STATE)
         shutil.rmtree(final, ignore_errors=True)  # left by a run killed before it pointed to it
         os.replace(temp, final)

@@ -111,7 +111,7 @@ def validate(
 def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
     device = torch.device("cuda", rank) if job.device_type == "cuda" else torch.device("cpu")
     torch.manual_seed(derive_seed(job.plan.seed, "init"))  # for any freshly initialised weights
-    model = RankClassificationModel(job.spec).to(device)
+    model = RankClassificationModel(job.spec).to(device).train()  # from_pretrained gives eval mode
     optimizer = torch.optim.AdamW(model.parameters(), lr=job.learning_rate, weight_decay=job.weight_decay)
     schedule = get_linear_schedule_with_warmup(optimizer, job.warmup_steps, job.train_steps)
     store, progress = job.checkpoints, Progress()
@@ -186,7 +186,7 @@ def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
                     "schedule": schedule.state_dict(),
                     "callbacks": [callback.state_dict() for callback in callbacks],
                 }
-                store.save(cpu_state_dict(model.lm), training_state, progress)
+                store.save(cpu_state_dict(model.lm), training_state, progress, world_size)
             if world_size > 1:
                 dist.barrier()  # no worker moves on before the checkpoint is complete
     bar.close()

@@ -1,0 +1,117 @@
+"""The parts of the training loop that make its result independent of how it ran: the batch
+plan, derived seeds, kill-safe checkpoints, worker start-up and CPU sharing."""
+
+import os
+import threading
+
+import pytest
+import torch
+import torch.distributed as dist
+from tango.common.exceptions import ConfigurationError
+
+from catwalk_steps.finetune import training_devices
+from catwalk_steps.training import checkpoints as checkpoints_module
+from catwalk_steps.training.batches import BatchPlan
+from catwalk_steps.training.checkpoints import CheckpointStore, Progress
+from catwalk_steps.training.seeds import derive_seed
+from catwalk_steps.training.workers import available_cpus, launch
+
+
+@pytest.mark.parametrize("num_examples", [32, 37, 101])
+def test_every_step_is_a_whole_global_batch_split_alike_on_any_world_size(num_examples):
+    plan = BatchPlan(num_examples, batch_size=8, micro_batch_size=2, seed=3)
+    assert plan.steps_per_epoch == num_examples // 8
+    for step in range(3 * plan.steps_per_epoch):
+        batch = plan.step_examples(step)
+        assert len(batch) == 8 and len(set(batch)) == 8
+        micro = {w: [mb for rank in range(w) for mb in plan.micro_batches(step, rank, w)] for w in (1, 2, 4)}
+        assert sorted(micro[1]) == sorted(micro[2]) == sorted(micro[4])  # same micro-batches, any world size
+        assert sorted(i for _, examples in micro[1] for i in examples) == sorted(batch)
+    for epoch in range(3):  # an epoch leaves out its remainder, and only that
+        steps = range(epoch * plan.steps_per_epoch, (epoch + 1) * plan.steps_per_epoch)
+        assert len({i for step in steps for i in plan.step_examples(step)}) == num_examples - num_examples % 8
+    with pytest.raises(ValueError, match="cannot be shared by 3 workers"):
+        plan.micro_batches(0, 0, 3)
+
+
+def test_epochs_have_their_own_order_and_seeds_their_own_epochs():
+    plan = BatchPlan(64, batch_size=8, micro_batch_size=8, seed=42)
+    assert plan.epoch_order(0) != plan.epoch_order(1)
+    # seed + epoch would make seed 42's second epoch seed 43's first.
+    assert BatchPlan(64, 8, 8, seed=43).epoch_order(0) != plan.epoch_order(1)
+    assert derive_seed(42, "dropout", 1, 0) != derive_seed(43, "dropout", 0, 0)
+    assert derive_seed(42, "dropout", 1, 0) == derive_seed(42, "dropout", 1, 0) < 2**63
+
+
+def checkpoint(store: CheckpointStore, step: int, value: float, validations):
+    weights = {"w": torch.full((3,), value)}
+    store.save(weights, {"optimizer": {"step": torch.tensor(step)}}, Progress(step, list(validations)), 1)
+
+
+def test_checkpoints_keep_the_latest_and_the_best(tmp_path):
+    store = CheckpointStore(tmp_path)
+    records = []
+    for step, acc in [(2, 0.5), (4, 0.75), (6, 0.6), (8, 0.7)]:
+        records.append({"step": step, "val_acc": acc, "val_loss": 1.0})
+        checkpoint(store, step, float(step), records)
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-0000004", "step-0000008"]
+    weights, state, progress = store.load(store.latest())
+    assert progress.step == 8 and progress.best["step"] == 4 and state["optimizer"]["step"].item() == 8
+    assert torch.equal(store.weights_of(4)["w"], torch.full((3,), 4.0))
+
+
+@pytest.mark.parametrize("killed_in", ["save_state_dict", "replace", "replace_atomically"])
+def test_a_kill_while_checkpointing_leaves_the_previous_checkpoint_readable(tmp_path, monkeypatch, killed_in):
+    store = CheckpointStore(tmp_path)
+    checkpoint(store, 2, 2.0, [])
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    target = os if killed_in == "replace" else checkpoints_module
+    monkeypatch.setattr(target, killed_in, killed)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint(store, 4, 4.0, [])
+    monkeypatch.undo()
+
+    weights, _, progress = store.load(store.latest())
+    assert progress.step == 2 and torch.equal(weights["w"], torch.full((3,), 2.0))
+    checkpoint(store, 4, 4.0, [])  # the next run's checkpoint replaces whatever was left
+    assert store.progress().step == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.json", "step-0000004"]
+
+
+def test_cpu_workers_follow_the_affinity_mask(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert available_cpus() == 1
+    with pytest.raises(ConfigurationError, match="device_count=2 CPU workers, but only 1 cores are available"):
+        training_devices("cpu", 2)
+
+
+def _sum_of_ranks(rank: int, world_size: int, out: str) -> None:
+    total = torch.tensor([float(rank)])
+    dist.all_reduce(total)
+    with open(f"{out}.{rank}", "w") as f:
+        f.write(f"{total.item()} {torch.get_num_threads()}")
+
+
+def _fails_on_rank_one(rank: int, world_size: int) -> None:
+    if rank == 1:
+        raise ValueError("worker 1 failed")
+    dist.barrier()  # rank 0 would wait here forever if the failure were not propagated
+
+
+@pytest.mark.ddp
+def test_parallel_launches_need_no_port_and_a_failing_worker_fails_the_launch(tmp_path):
+    # Two 2-worker groups started at once: no port to race for.
+    runs = [threading.Thread(target=launch, args=(_sum_of_ranks, 2, "cpu", str(tmp_path / name))) for name in "ab"]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    for name in "ab":
+        for rank in (0, 1):
+            total, threads = (tmp_path / f"{name}.{rank}").read_text().split()
+            assert float(total) == 1.0 and int(threads) == max(1, available_cpus() // 2)
+    with pytest.raises(Exception, match="worker 1 failed"):
+        launch(_fails_on_rank_one, 2, "cpu")

@@ -11,7 +11,6 @@ checkpoint and resumed on another device count.
 import json
 
 import pytest
-import torch
 from tango.common.lazy import Lazy
 from tango.integrations.torch import TrainCallback
 from tango.workspaces import LocalWorkspace
@@ -57,7 +56,7 @@ def test_one_and_two_workers_give_the_same_model(tiny_task, tmp_path, dropout, t
         step = finetune(tiny_task, device_count, train_size, micro_batch_size, dropout)
         workspace = LocalWorkspace(tmp_path / f"ws{device_count}")
         results[device_count] = step, workspace, step.result(workspace)
-    (one, ws_one, single), (two, ws_two, double) = results[1], results[2]
+    (one, ws_one, single), (two, _, double) = results[1], results[2]
     assert one.unique_id == two.unique_id
 
     worst = largest_difference(single.state_dict, double.state_dict)
@@ -134,3 +133,9 @@ def test_interrupted_run_resumes_on_any_device_count(uninterrupted, tmp_path, fi
         assert worst == 0.0
     assert worst < WEIGHT_TOLERANCE
     assert resumed.training_metrics["val_acc"] == reference.training_metrics["val_acc"]
+
+
+def test_dropout_is_really_on_in_these_runs(uninterrupted, tmp_path):
+    task, with_dropout = uninterrupted
+    without = finetune(task, 1, 37, 2, dropout=False).result(LocalWorkspace(tmp_path))
+    assert largest_difference(with_dropout.state_dict, without.state_dict) > 1e-3

@@ -114,21 +114,12 @@ def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
     model = RankClassificationModel(job.spec).to(device).train()  # from_pretrained gives eval mode
     optimizer = torch.optim.AdamW(model.parameters(), lr=job.learning_rate, weight_decay=job.weight_decay)
     schedule = get_linear_schedule_with_warmup(optimizer, job.warmup_steps, job.train_steps)
-    store, progress = job.checkpoints, Progress()
-    latest = store.latest()
-    if latest is not None:
-        weights, training_state, progress = store.load(latest)
-        model.lm.load_state_dict(weights)
-        optimizer.load_state_dict(training_state["optimizer"])
-        schedule.load_state_dict(training_state["schedule"])
-        if rank == 0:
-            logger.info("Resuming from the checkpoint of step %d (%s)", progress.step, latest)
+    progress, callback_states = _resume(job, model, optimizer, schedule, rank)
     trained = DistributedDataParallel(model) if world_size > 1 else model
     collate = RankClassificationCollator(job.pad_token_id, job.max_length)
     callbacks = _callbacks(job, rank, world_size, EngineView(trained, optimizer, schedule))
-    if latest is not None:
-        for callback, state in zip(callbacks, training_state.get("callbacks", [])):
-            callback.load_state_dict(state)
+    for callback, state in zip(callbacks, callback_states):
+        callback.load_state_dict(state)
 
     for callback in callbacks:
         callback.pre_train_loop()
@@ -142,6 +133,7 @@ def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
                     callback.post_epoch(step, epoch - 1)
                 callback.pre_epoch(step, epoch)
 
+        # One optimizer step: this worker's micro-batches of the step's global batch.
         micro_batches = job.plan.micro_batches(step, rank, world_size)
         batch_loss = torch.zeros((), device=device)
         for n, (index, examples) in enumerate(micro_batches):
@@ -163,10 +155,13 @@ def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
         progress.step = step + 1
         bar.update(1)
 
-        if progress.step % job.log_every == 0 or job.is_checkpoint_step(progress.step):
+        log = progress.step % job.log_every == 0 or job.is_checkpoint_step(progress.step)
+        if log or callbacks:  # the same on every worker: the sum over workers is a collective
             loss_value = _sum_over_workers(batch_loss).item() / world_size
             for callback in callbacks:
                 callback.post_batch(step, epoch, loss_value, [])
+        if log:
+            for callback in callbacks:
                 callback.log_batch(step, epoch, loss_value, [])
             shown["loss"] = f"{loss_value:.4f}"
             bar.set_postfix(shown)
@@ -186,7 +181,7 @@ def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
                     "schedule": schedule.state_dict(),
                     "callbacks": [callback.state_dict() for callback in callbacks],
                 }
-                store.save(cpu_state_dict(model.lm), training_state, progress, world_size)
+                job.checkpoints.save(cpu_state_dict(model.lm), training_state, progress, world_size)
             if world_size > 1:
                 dist.barrier()  # no worker moves on before the checkpoint is complete
     bar.close()
@@ -194,6 +189,21 @@ def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
     for callback in callbacks:
         callback.post_epoch(job.train_steps - 1, last_epoch)
         callback.post_train_loop(job.train_steps - 1, last_epoch)
+
+
+def _resume(job: TrainingJob, model: RankClassificationModel, optimizer, schedule, rank: int):
+    """Loads the latest checkpoint, if any, into the model, optimizer and schedule; returns the
+    progress it recorded and the callbacks' states."""
+    latest = job.checkpoints.latest()
+    if latest is None:
+        return Progress(), []
+    weights, training_state, progress = job.checkpoints.load(latest)
+    model.lm.load_state_dict(weights)
+    optimizer.load_state_dict(training_state["optimizer"])
+    schedule.load_state_dict(training_state["schedule"])
+    if rank == 0:
+        logger.info("Resuming from the checkpoint of step %d (%s)", progress.step, latest)
+    return progress, training_state["callbacks"]
 
 
 def _callbacks(job: TrainingJob, rank: int, world_size: int, engine: EngineView) -> List[TrainCallback]:

@@ -17,7 +17,7 @@ from .models.scoring import encode_pair
 from .tasks import MCInstance, MultipleChoiceTask
 from .training.batches import BatchPlan
 from .training.loop import TrainingJob, train_worker
-from .training.workers import available_cpus, launch
+from .workers import available_cpus, launch
 from .weights import FinetunedModel, FinetunedModelFormat
 
 

@@ -71,7 +71,7 @@ def test_training_killed_mid_run_resumes_from_its_last_checkpoint(tmp_path):
     assert not list(workspace.glob("cache/*/cache-metadata.json"))  # nothing half-cached
 
     output = finish(start_run(config, workspace))  # the killed run's lock does not block
-    assert f"Resuming from the checkpoint of step {resume_at}" in output
+    assert f"Training (resumed from step {resume_at})" in output
     resumed = LocalWorkspace(workspace).step_result("finetune")
 
     # Resuming gives exactly the weights of a run that was never interrupted.

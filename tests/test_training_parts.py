@@ -14,7 +14,7 @@ from catwalk_steps.training import checkpoints as checkpoints_module
 from catwalk_steps.training.batches import BatchPlan
 from catwalk_steps.training.checkpoints import CheckpointStore, Progress
 from catwalk_steps.training.seeds import derive_seed
-from catwalk_steps.training.workers import available_cpus, launch
+from catwalk_steps.workers import available_cpus, launch
 
 
 @pytest.mark.parametrize("num_examples", [32, 37, 101])

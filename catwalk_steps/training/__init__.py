@@ -1,8 +1,7 @@
-"""Rank-classification training that gives the same model however it is run.
+"""Rank-classification training (workers are started by :mod:`catwalk_steps.workers`) that gives the same model however it is run.
 
 - :mod:`.batches`: which examples every optimizer step and micro-batch sees, for any device count;
 - :mod:`.seeds`: seeds derived per purpose (data order, dropout of each micro-batch);
 - :mod:`.checkpoints`: world-size independent, kill-safe checkpoints;
-- :mod:`.workers`: starting DDP workers without a port race, sharing out CPU cores;
 - :mod:`.loop`: the training loop itself.
 """

@@ -124,7 +124,8 @@ def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
     for callback in callbacks:
         callback.pre_train_loop()
     start, shown = progress.step, {}
-    bar = Tqdm.tqdm(total=job.train_steps, initial=start, desc="Training", disable=rank != 0)
+    desc = f"Training (resumed from step {start})" if start else "Training"
+    bar = Tqdm.tqdm(total=job.train_steps, initial=start, desc=desc, disable=rank != 0)
     for step in range(start, job.train_steps):
         epoch = job.plan.epoch_of(step)
         if step == start or step % job.plan.steps_per_epoch == 0:

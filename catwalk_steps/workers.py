@@ -1,4 +1,4 @@
-"""Starting DDP workers: one per device, or several CPU processes sharing out the cores.
+"""Starting distributed workers: one per device, or several CPU processes sharing out the cores.
 
 Workers meet through a file in a fresh temporary directory, not a TCP port: a port picked by
 binding and closing a socket can be taken by a parallel step before the workers bind it.

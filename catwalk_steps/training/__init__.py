@@ -1,4 +1,5 @@
-"""Rank-classification training (workers are started by :mod:`catwalk_steps.workers`) that gives the same model however it is run.
+"""Rank-classification training that gives the same model however it is run (its workers are
+started by :mod:`catwalk_steps.workers`).
 
 - :mod:`.batches`: which examples every optimizer step and micro-batch sees, for any device count;
 - :mod:`.seeds`: seeds derived per purpose (data order, dropout of each micro-batch);

@@ -1,6 +1,5 @@
 """``catwalk::predict``: score every answer choice of a task split by log-likelihood."""
 
-import hashlib
 from typing import Any, Dict, List, Optional, Union
 
 import torch
@@ -10,23 +9,13 @@ from tango.common.exceptions import ConfigurationError
 
 from .atomic import AtomicJsonFormat
 from .journal import Journal, fingerprint
-from .models.loading import ModelSpec, context_window
+from .models.loading import ModelName, ModelSpec, context_window
 from .models.scoring import encode_pair, score_queries
 from .tasks import MultipleChoiceTask
 from .weights import FinetunedModel
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def weights_fingerprint(state_dict: Optional[Dict[str, torch.Tensor]]) -> Optional[str]:
-    if state_dict is None:
-        return None
-    digest = hashlib.sha256()
-    for name, tensor in state_dict.items():
-        digest.update(name.encode())
-        digest.update(tensor.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def resolve_device(device: str) -> torch.device:
@@ -70,6 +59,10 @@ class PredictStep(Step):
             raise ConfigurationError(f"dtype must be one of {', '.join(DTYPES)}, got {kwargs['dtype']!r}")
         if isinstance(kwargs.get("model"), str):
             ModelSpec.parse(kwargs["model"])
+        # The key holds a local model's (and tokenizer's) file contents, not only its path.
+        for name in ("model", "tokenizer"):
+            if isinstance(kwargs.get(name), str):
+                kwargs[name] = ModelName(kwargs[name])
         return kwargs
 
     def run(  # type: ignore[override]
@@ -95,10 +88,8 @@ class PredictStep(Step):
         :param max_batch_tokens: most padded tokens in one forward pass.
         """
         torch_device = resolve_device(device)
-        if isinstance(model, FinetunedModel):
-            spec, state_dict = model.spec, model.state_dict
-        else:
-            spec, state_dict = ModelSpec.parse(model, tokenizer=tokenizer), None
+        finetuned = model if isinstance(model, FinetunedModel) else None
+        spec = finetuned.spec if finetuned else ModelSpec.parse(model, tokenizer=tokenizer)
         tok = spec.load_tokenizer()
         instances = task.instances(split, limit)
         queries = [encode_pair(tok, context, c) for i in instances for context, c in i.pairs()]
@@ -110,11 +101,14 @@ class PredictStep(Step):
         # the journal is discarded if the queries or the weights are not those it was written for.
         journal = None
         if self.work_dir_for_run is not None:
-            work = fingerprint([[list(q.context + q.continuation) for q in queries], weights_fingerprint(state_dict)])
+            weights = finetuned.fingerprint if finetuned else None
+            work = fingerprint([[list(q.context + q.continuation) for q in queries], weights])
             journal = Journal(self.work_dir_for_run / "scores.jsonl", work)
         known = journal.load() if journal else {}
 
-        lm = spec.load_model(state_dict).to(device=torch_device, dtype=DTYPES[dtype]).eval()
+        # Loaded once, in the scoring dtype, then moved to the device.
+        lm = (finetuned.load_model(DTYPES[dtype]) if finetuned else spec.load_model(DTYPES[dtype]))
+        lm = lm.to(torch_device).eval()
         self.logger.info("Scoring %d queries of %d instances on %s", len(queries), len(instances), torch_device)
         with Tqdm.tqdm(total=len(queries), initial=len(known), desc="Log-likelihood queries") as progress:
             logliks = score_queries(

@@ -26,6 +26,7 @@ from tango.workspace import Workspace
 from torch.nn.parallel import DistributedDataParallel
 from transformers import get_linear_schedule_with_warmup
 
+from ..models.adapters import Adapter, load_trained_state_dict, trained_state_dict
 from ..models.loading import ModelSpec
 from ..models.rank_classification import RankClassificationCollator, RankClassificationModel
 from ..weights import cpu_state_dict
@@ -56,6 +57,9 @@ class TrainingJob:
     work_dir: Path
     device_type: str
     log_every: int
+    adapter: Optional[Adapter] = None
+    precision: str = "32"
+    gradient_checkpointing: bool = False
     # For Tango train callbacks, which observe only.
     callbacks: Optional[List[Lazy[TrainCallback]]] = None
     workspace: Optional[Workspace] = None
@@ -94,7 +98,8 @@ def validate(
     model: RankClassificationModel, job: TrainingJob, collate, rank: int, world_size: int, device: torch.device
 ) -> Dict[str, float]:
     """Exact accuracy and mean loss over the whole validation split (worker ``rank`` scores every
-    ``world_size``-th instance; the sums, not per-worker means, are combined)."""
+    ``world_size``-th instance; the sums, not per-worker means, are combined). In full precision
+    whatever the training precision, as PredictStep scores by default: the two agree."""
     assert job.validation is not None
     model.eval()
     shard = job.validation[rank::world_size]
@@ -111,8 +116,10 @@ def validate(
 def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
     device = torch.device("cuda", rank) if job.device_type == "cuda" else torch.device("cpu")
     torch.manual_seed(derive_seed(job.plan.seed, "init"))  # for any freshly initialised weights
-    model = RankClassificationModel(job.spec).to(device).train()  # from_pretrained gives eval mode
-    optimizer = torch.optim.AdamW(model.parameters(), lr=job.learning_rate, weight_decay=job.weight_decay)
+    model = RankClassificationModel(job.spec, job.adapter, job.gradient_checkpointing).to(device)
+    model.train()  # from_pretrained gives eval mode
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=job.learning_rate, weight_decay=job.weight_decay)
     schedule = get_linear_schedule_with_warmup(optimizer, job.warmup_steps, job.train_steps)
     progress, callback_states = _resume(job, model, optimizer, schedule, rank)
     trained = DistributedDataParallel(model) if world_size > 1 else model
@@ -145,11 +152,12 @@ def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
             # Gradients are all-reduced once per step, with the last micro-batch's backward pass.
             last = n == len(micro_batches) - 1
             with nullcontext() if last or world_size == 1 else trained.no_sync():
-                loss = trained(**batch)["loss"] / len(micro_batches)
+                with torch.autocast(device.type, torch.bfloat16, enabled=job.precision == "bf16-mixed"):
+                    loss = trained(**batch)["loss"] / len(micro_batches)
                 loss.backward()
             batch_loss += loss.detach()
         if job.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), job.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(trainable, job.max_grad_norm)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
@@ -182,7 +190,7 @@ def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
                     "schedule": schedule.state_dict(),
                     "callbacks": [callback.state_dict() for callback in callbacks],
                 }
-                job.checkpoints.save(cpu_state_dict(model.lm), training_state, progress, world_size)
+                job.checkpoints.save(cpu_state_dict(trained_state_dict(model.lm)), training_state, progress, world_size)
             if world_size > 1:
                 dist.barrier()  # no worker moves on before the checkpoint is complete
     bar.close()
@@ -199,7 +207,7 @@ def _resume(job: TrainingJob, model: RankClassificationModel, optimizer, schedul
     if latest is None:
         return Progress(), []
     weights, training_state, progress = job.checkpoints.load(latest)
-    model.lm.load_state_dict(weights)
+    load_trained_state_dict(model.lm, weights)
     optimizer.load_state_dict(training_state["optimizer"])
     schedule.load_state_dict(training_state["schedule"])
     if rank == 0:

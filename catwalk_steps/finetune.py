@@ -18,6 +18,7 @@ from .models.scoring import encode_pair
 from .tasks import MCInstance, MultipleChoiceTask
 from .training.batches import BatchPlan
 from .training.loop import TrainingJob, train_worker
+from .training.strategies import STRATEGIES
 from .workers import available_cpus, launch
 from .weights import FinetunedModel, FinetunedModelFormat
 
@@ -94,7 +95,7 @@ class FinetuneStep(Step):
 
     VERSION = "cw2"
     FORMAT = FinetunedModelFormat()
-    SKIP_ID_ARGUMENTS = {"device_count", "device", "distributed_port", "log_every", "callbacks"}
+    SKIP_ID_ARGUMENTS = {"device_count", "device", "strategy", "distributed_port", "log_every", "callbacks"}
     METADATA = {"artifact_kind": "model"}
 
     @classmethod
@@ -115,6 +116,8 @@ class FinetuneStep(Step):
         device_count = kwargs.get("device_count", 1)
         training_devices(kwargs.get("device", "auto"), device_count)
         check_batching(kwargs.get("batch_size", 32), kwargs.get("micro_batch_size"), device_count)
+        if kwargs.get("strategy", "ddp") not in STRATEGIES:
+            raise ConfigurationError(f"strategy must be one of {STRATEGIES}, got {kwargs['strategy']!r}")
         if kwargs.get("precision", "32") not in PRECISIONS:
             raise ConfigurationError(f"precision must be one of {PRECISIONS}, got {kwargs['precision']!r}")
         if kwargs.get("adapter") is not None:
@@ -157,6 +160,7 @@ class FinetuneStep(Step):
         validation_limit: Optional[int] = None,
         validate_every: Optional[int] = None,
         device_count: int = 1,
+        strategy: str = "ddp",
         device: str = "auto",
         distributed_port: Optional[int] = None,
         log_every: int = 10,
@@ -181,6 +185,9 @@ class FinetuneStep(Step):
         :param validate_every: steps between validations, each followed by a checkpoint; by
             default, every epoch. The returned weights are those of the best validation accuracy
             (of equal ones, the lowest loss), or of the last step without a ``validation_split``.
+        :param strategy: ``"ddp"`` (a full replica per worker) or ``"fsdp"`` (parameters, gradients
+            and optimizer state sharded over the workers, with torch's ``fully_shard``). The same
+            model either way, within float summation order, so not part of the cache key.
         :param device: ``"auto"`` (CUDA if present), ``"cuda"`` or ``"cpu"``.
         :param distributed_port: a TCP port for the DDP workers to meet on; by default they meet
             through a file, so parallel steps cannot collide.
@@ -219,6 +226,7 @@ class FinetuneStep(Step):
             device_type=device_type,
             log_every=log_every,
             adapter=adapter,
+            strategy=strategy,
             precision=precision,
             gradient_checkpointing=gradient_checkpointing,
             callbacks=callbacks,
@@ -227,9 +235,9 @@ class FinetuneStep(Step):
             step_name=self.name,
         )
         self.logger.info(
-            "Training for %d steps of %d instances (%d micro-batches of %d) on %d %s worker%s",
+            "Training for %d steps of %d instances (%d micro-batches of %d) on %d %s worker%s (%s)",
             train_steps, batch_size, plan.micro_batches_per_step, micro_batch_size, device_count, device_type,
-            "s" if device_count > 1 else "",
+            "s" if device_count > 1 else "", strategy,
         )
         launch(train_worker, device_count, device_type, job, port=distributed_port)
         return self._result(job)

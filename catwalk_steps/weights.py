@@ -103,16 +103,24 @@ def _split_aliases(state_dict: Dict[str, torch.Tensor]):
     return unique, aliases
 
 
-def cpu_state_dict(tensors: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    """A CPU copy of a state dict in which tied weights stay one tensor."""
-    copies: Dict[Any, torch.Tensor] = {}
-    state_dict = {}
-    for name, tensor in tensors.items():
+def _storage_key(tensor: torch.Tensor):
+    return tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride()
+
+
+def _split_aliases(state_dict: Dict[str, torch.Tensor]):
+    """Tied weights (GPT-2's ``lm_head.weight`` is ``transformer.wte.weight``) share storage;
+    safetensors stores each storage once, so the others are recorded as aliases."""
+    unique: Dict[str, torch.Tensor] = {}
+    aliases: Dict[str, str] = {}
+    owners: Dict[Any, str] = {}
+    for name, tensor in state_dict.items():
         key = _storage_key(tensor)
-        if key not in copies:
-            copies[key] = tensor.detach().cpu()
-        state_dict[name] = copies[key]
-    return state_dict
+        if key in owners:
+            aliases[name] = owners[key]
+        else:
+            owners[key] = name
+            unique[name] = tensor.contiguous()
+    return unique, aliases
 
 
 def save_state_dict(state_dict: Dict[str, torch.Tensor], path: Path) -> Dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional
 
 import torch
 from peft import IA3Config, LoraConfig, PeftConfig, PeftModel, get_peft_model
-from peft import get_peft_model_state_dict, set_peft_model_state_dict
+from peft import set_peft_model_state_dict
 from tango.common.exceptions import ConfigurationError
 from transformers import PreTrainedModel
 
@@ -45,11 +45,6 @@ def add_adapter(lm: PreTrainedModel, adapter: Adapter) -> PeftModel:
         return get_peft_model(lm, peft_config(adapter))
     except ValueError as e:  # e.g. target modules the model does not have
         raise ConfigurationError(f"Cannot add the {adapter['type']} adapter to {type(lm).__name__}: {e}") from None
-
-
-def trained_state_dict(lm: torch.nn.Module) -> Dict[str, torch.Tensor]:
-    """What fine-tuning changes: the adapter's weights, or all of a full fine-tune's."""
-    return get_peft_model_state_dict(lm) if isinstance(lm, PeftModel) else lm.state_dict()
 
 
 def load_trained_state_dict(lm: torch.nn.Module, state_dict: Dict[str, torch.Tensor]) -> None:

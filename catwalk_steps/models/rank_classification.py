@@ -27,6 +27,11 @@ class RankClassificationModel(Model):
         if gradient_checkpointing:
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.lm = add_adapter(lm, adapter) if adapter is not None else lm
+        #: Names that share one parameter (GPT-2's lm_head and input embeddings).
+        shared: Dict[int, List[str]] = {}
+        for name, parameter in self.lm.named_parameters(remove_duplicate=False):
+            shared.setdefault(id(parameter), []).append(name)
+        self.tied_names = [names for names in shared.values() if len(names) > 1]
 
     def forward(
         self,

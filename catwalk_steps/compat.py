@@ -2,13 +2,18 @@
 ``include_package`` before it builds the step graph)."""
 
 import functools
+import importlib.metadata
 import json
+import logging
+import re
 from pathlib import Path
-from typing import Iterable, Optional, Set
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from sqlitedict import SqliteDict
-from tango.common.exceptions import ConfigurationError
+from tango.common import registrable
+from tango.common.exceptions import ConfigurationError, IntegrationMissingError
 from tango.common.file_lock import FileLock
+from tango.common.registrable import Registrable
 from tango.step import Step
 from tango.step_caches import LocalStepCache
 from tango.step_info import EnvironmentMetadata, GitMetadata, StepInfo, StepState
@@ -25,18 +30,82 @@ def git_metadata_or_none() -> Optional[GitMetadata]:
         return None
 
 
+def pip_packages() -> List[Tuple[str, str]]:
+    """The installed distributions as Tango records them (``pkg_resources`` keys and versions),
+    read with ``importlib.metadata``: Tango's ``pkg_resources`` prints a deprecation warning at
+    the top of every run, and is gone from setuptools 81 on (then Tango logs an error per step)."""
+    found: Dict[str, str] = {}
+    for dist in importlib.metadata.distributions():  # in sys.path order: the first one wins
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(re.sub(r"[^A-Za-z0-9.]+", "-", name).lower(), dist.version)
+    return sorted(found.items())
+
+
 _environment_init = EnvironmentMetadata.__init__
 
 
 @functools.wraps(_environment_init)
-def _environment_init_with_safe_git(self, *args, **kwargs) -> None:
-    # The dataclass captured ``check_for_repo`` as its default factory; pass the field instead.
+def _environment_init_patched(self, *args, **kwargs) -> None:
+    # The dataclass captured Tango's functions as default factories; pass the fields instead.
+    if "packages" not in kwargs and len(args) < 5:
+        kwargs["packages"] = pip_packages()
     if "git" not in kwargs and len(args) < 5:
         kwargs["git"] = git_metadata_or_none()
     _environment_init(self, *args, **kwargs)
 
 
-EnvironmentMetadata.__init__ = _environment_init_with_safe_git  # type: ignore[method-assign]
+EnvironmentMetadata.__init__ = _environment_init_patched  # type: ignore[method-assign]
+
+logger = logging.getLogger(__name__)
+_import_module_and_submodules = registrable.import_module_and_submodules
+_search_modules = Registrable.search_modules.__func__  # type: ignore[attr-defined]
+_names_searched: List[str] = []
+_unimportable: Dict[str, ImportError] = {}
+
+
+def _import_or_skip_integration(module: str, *args, **kwargs) -> None:
+    """Tango's search for an unknown registered name (a typo in a ``type``) imports every Tango
+    integration, and stops at the first that fails on an incompatible library version
+    (``tango.integrations.transformers`` under transformers 5: no ``modeling_flax_auto``), so the
+    user saw that ImportError instead of Tango's "not in acceptable choices". Such an integration
+    is skipped as missing (what it registered before failing is unlisted), unless the name searched
+    for is one of its own (``transformers::...``). Its failure is remembered: a second import
+    would fail on registering the same names again."""
+    integration = module.rsplit(".", 1)[-1]
+    if not module.startswith("tango.integrations."):
+        return _import_module_and_submodules(module, *args, **kwargs)
+    if module not in _unimportable:
+        registered = {cls: set(names) for cls, names in Registrable._registry.items()}
+        try:
+            return _import_module_and_submodules(module, *args, **kwargs)
+        except ImportError as e:
+            if not e.name or e.name.split(".")[0] == "tango":  # a bug in Tango itself: show it
+                raise
+            _unimportable[module] = e
+            for cls, names in Registrable._registry.items():  # unlist what it registered before failing
+                for name in set(names) - registered.get(cls, set()):
+                    del names[name]
+    if _names_searched and _names_searched[-1].split("::")[0] == integration:
+        raise _unimportable[module]
+    logger.debug("skipping the %s integration: %s", integration, _unimportable[module])
+    raise IntegrationMissingError(integration) from _unimportable[module]
+
+
+registrable.import_module_and_submodules = _import_or_skip_integration
+
+
+@classmethod  # type: ignore[misc]
+@functools.wraps(_search_modules)
+def _search_modules_noting_name(cls, name: str):
+    _names_searched.append(name)
+    try:
+        return _search_modules(cls, name)
+    finally:
+        _names_searched.pop()
+
+
+Registrable.search_modules = _search_modules_noting_name  # type: ignore[method-assign,assignment]
 
 
 def _wait_lock(workspace: LocalWorkspace, step: Step) -> FileLock:

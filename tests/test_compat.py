@@ -1,8 +1,13 @@
+import importlib.metadata
+import json
 import subprocess
+import sys
 
 from tango.step_info import EnvironmentMetadata
 
 import catwalk_steps  # noqa: F401  (applies the patch)
+
+from .conftest import TINY, TINY_MODEL
 
 
 def test_step_metadata_survives_a_repository_without_commit_or_origin(tmp_path, monkeypatch):
@@ -16,3 +21,49 @@ def test_step_metadata_survives_a_repository_without_commit_or_origin(tmp_path, 
     assert EnvironmentMetadata().git is None  # a commit, but no origin
     subprocess.run(["git", "remote", "add", "origin", "https://example.invalid/r.git"], check=True)
     assert EnvironmentMetadata().git.remote == "https://example.invalid/r.git"
+
+
+TYPOS = """
+import importlib.util, json, sys
+from tango.step_graph import StepGraph
+import catwalk_steps
+
+model, task = sys.argv[1], json.loads(sys.argv[2])
+for step in [
+    {"type": "catwalk::predictt", "model": model, "task": task},
+    {"type": "catwalk::predict", "model": model, "task": {**task, "type": "piqaa"}},
+    {"type": "catwalk::predict", "model": model, "task": task, "limitt": 3},
+    {"type": "transformers::finetune"},
+]:
+    try:
+        StepGraph.from_params({"p": step})
+    except Exception as e:
+        print(f"{type(e).__name__}: {e}".replace("\\n", " "))
+print(importlib.util.find_spec("transformers.models.auto.modeling_flax_auto") is not None)
+"""
+
+
+def test_typos_get_tangos_own_message_under_the_installed_transformers(tmp_path):
+    """Tango's search for an unknown name imports its transformers integration, which does not
+    import under transformers 5; a typo then surfaced as that ImportError."""
+    task = {"type": "piqa", "data_files": {"train": str(TINY / "train.jsonl"), "validation": str(TINY / "validation.jsonl")}}
+    done = subprocess.run(
+        [sys.executable, "-c", TYPOS, TINY_MODEL, json.dumps(task)], cwd=tmp_path, capture_output=True, text=True
+    )
+    *errors, flax_importable = done.stdout.splitlines()
+    assert errors[0].startswith("ConfigurationError: 'catwalk::predictt' not in acceptable choices for type"), done
+    assert errors[1].startswith("ConfigurationError: 'piqaa' not in acceptable choices for task.type"), done
+    assert errors[2] == "ConfigurationError: Extra parameters passed to PredictStep: {'limitt': 3}", done
+    if flax_importable == "False":  # transformers 5: asking for the integration itself shows why it fails
+        assert errors[3].startswith("ImportError: cannot import name 'modeling_flax_auto'"), done
+        assert "'transformers::" not in errors[0]  # nothing it registered before failing is offered
+    else:
+        assert errors[3].startswith("ConfigurationError"), done  # missing arguments
+
+
+def test_packages_are_recorded_without_pkg_resources(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pkg_resources", None)  # importing it fails, as on setuptools 81+
+    packages = EnvironmentMetadata().packages
+    assert ("ai2-tango", "1.3.2") in packages  # keys as pkg_resources wrote them: normalised, lower case
+    assert ("huggingface-hub", importlib.metadata.version("huggingface_hub")) in packages
+    assert packages == sorted(packages) and len({name for name, _ in packages}) == len(packages)

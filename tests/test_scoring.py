@@ -107,6 +107,33 @@ def test_shared_context_scoring_equals_the_plain_method(tiny):
     assert mixed == pytest.approx(one_by_one, abs=1e-4)
 
 
+class CacheNamedCache(torch.nn.Module):
+    """``lm`` with the forward signature of transformers 5.24+, where the key/value cache is
+    ``cache`` (``past_key_values`` warns there, and goes in 5.40)."""
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm, self.caches = lm, []
+
+    def forward(self, input_ids, cache=None, attention_mask=None, position_ids=None, use_cache=None, logits_to_keep=0):
+        self.caches.append(cache)
+        # GPT-2 takes the cache second in 4.57 and 5.x alike, whatever its name.
+        return self.lm(input_ids, cache, attention_mask=attention_mask, position_ids=position_ids,
+                       use_cache=use_cache, logits_to_keep=logits_to_keep)
+
+
+def test_shared_context_passes_the_cache_under_the_name_forward_takes(tiny):
+    from catwalk_steps.models.shared_context import cache_keyword
+
+    tokenizer, lm = tiny
+    renamed = CacheNamedCache(lm)
+    assert cache_keyword(lm) in ("cache", "past_key_values") and cache_keyword(renamed) == "cache"
+    queries = [encode_pair(tokenizer, c, x) for c, x in PAIRS]
+    kwargs = dict(pad_token_id=tokenizer.pad_token_id, max_length=64, max_batch_size=8, max_batch_tokens=4096)
+    assert score_queries(renamed, queries, **kwargs) == score_queries(lm, queries, **kwargs)
+    assert renamed.caches and all(c is not None for c in renamed.caches[:2])  # the shared-context path ran
+
+
 def test_bfloat16_scoring_stays_close_and_float32_is_the_default(tiny_task, tmp_path):
     from tango.common.exceptions import ConfigurationError
     from tango.workspaces import LocalWorkspace

@@ -15,7 +15,7 @@ import torch
 from tango.common.exceptions import ConfigurationError
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .shared_context import shared_context_logliks
+from .shared_context import cache_keyword, shared_context_logliks
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def score_queries(
     for i in range(len(queries)):
         if i not in logliks:
             groups.setdefault(queries[i].context, []).append(i)
-    fits = _accepts_logits_to_keep(lm) and "past_key_values" in inspect.signature(lm.forward).parameters
+    fits = _accepts_logits_to_keep(lm) and cache_keyword(lm) is not None
 
     def shareable(members: List[int]) -> bool:
         return fits and len(members) > 1 and all(

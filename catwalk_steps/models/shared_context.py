@@ -6,10 +6,19 @@ tokens after a 60-token context that is 160 positions instead of 340. The number
 plain method's (``scoring.continuation_logliks``) up to float rounding.
 """
 
-from typing import List, Sequence, Tuple
+import inspect
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
+
+
+def cache_keyword(lm: PreTrainedModel) -> Optional[str]:
+    """The argument ``lm.forward`` takes a key/value cache as: ``cache`` in newer transformers 5
+    releases (where ``past_key_values`` warns, and goes in 5.40), ``past_key_values`` in 4.57 and
+    early 5.x, which take no ``cache`` (4.57 would swallow it unused into ``**kwargs``)."""
+    parameters = inspect.signature(lm.forward).parameters
+    return next((name for name in ("cache", "past_key_values") if name in parameters), None)
 
 
 def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -25,6 +34,7 @@ def shared_context_logliks(
 ) -> List[List[float]]:
     """Summed log-likelihood of ``continuations[g][j]`` after ``contexts[g]``, for each group
     ``g`` of continuations that share a context. Inputs must fit the model's context window."""
+    cache_argument = cache_keyword(lm)
     device = next(lm.parameters()).device
     width = max(len(c) for c in contexts)
     context_ids = torch.full((len(contexts), width), pad_token_id, dtype=torch.long)
@@ -38,7 +48,7 @@ def shared_context_logliks(
         input_ids=context_ids,
         attention_mask=context_mask,
         position_ids=(context_mask.cumsum(-1) - 1).clamp(min=0),
-        past_key_values=cache,
+        **{cache_argument: cache},
         use_cache=True,
         logits_to_keep=1,
     )
@@ -64,7 +74,7 @@ def shared_context_logliks(
             input_ids=inputs,
             attention_mask=torch.cat([context_mask[group], mask], dim=1),
             position_ids=lengths[:, None] + torch.arange(rest, device=device),
-            past_key_values=cache,
+            **{cache_argument: cache},
             use_cache=True,
         )
         logliks = logliks + _token_logprobs(out.logits, targets).masked_fill(mask == 0, 0.0).sum(-1)

@@ -51,7 +51,7 @@ class PredictStep(Step):
     group (if the task has groups), and per choice the summed log-likelihood, token count and
     the character count of the answer text (without the target delimiter, as
     lm-evaluation-harness's ``acc_norm`` counts), and, for tasks with an
-    ``UNCONDITIONED_CONTEXT``, the log-likelihood after that context alone. From these
+    ``unconditioned_context``, the log-likelihood after that context alone. From these
     :class:`CalculateMetricsStep` derives every metric without scoring again.
 
     The device and the batching knobs change how fast, not what, so they are not in the cache
@@ -105,8 +105,8 @@ class PredictStep(Step):
         instances = task.instances(split, limit)
         queries = [encode_pair(tok, context, c) for i in instances for context, c in i.pairs()]
         conditioned = len(queries)
-        if task.UNCONDITIONED_CONTEXT is not None:
-            queries += [encode_pair(tok, task.UNCONDITIONED_CONTEXT, c) for i in instances for c in i.continuations]
+        if task.unconditioned_context is not None:
+            queries += [encode_pair(tok, task.unconditioned_context, c) for i in instances for c in i.continuations]
 
         # Scores reach the work dir batch by batch, so a killed run resumes where it stopped;
         # the journal is discarded if the queries or the weights are not those it was written for.

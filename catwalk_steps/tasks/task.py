@@ -180,6 +180,13 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
     def splits(self) -> Sequence[str]:
         return list(self.data_files) if self.data_files else list(self.HUB_SPLITS)
 
+    @property
+    def unconditioned_context(self) -> Optional[str]:
+        """``UNCONDITIONED_CONTEXT`` in the cloze formulation (a letter's prior is no baseline)."""
+        if self.UNCONDITIONED_CONTEXT is None or self.formulation != "cloze":
+            return None
+        return self.UNCONDITIONED_CONTEXT
+
     def settings(self) -> Any:
         """What else, besides the data, decides the instances (for the cache key)."""
         return None

@@ -1,4 +1,5 @@
-"""Turning a model spec (``rc::gpt2``, ``rc::/path/to/dir``) into a tokenizer and a causal LM."""
+"""Turning a model spec (``rc::gpt2``, ``rc::google/flan-t5-small``, ``rc::/path/to/dir``) into a
+tokenizer and a causal LM or an encoder-decoder (seq2seq) LM."""
 
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -6,7 +7,14 @@ from typing import Any, Dict, Optional
 
 import torch
 from tango.common.exceptions import ConfigurationError
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 SPEC_PREFIX = "rc::"
 
@@ -62,10 +70,12 @@ class ModelSpec:
             raise ConfigurationError(f"Cannot load model {name!r} (not a local directory or hub name?): {e}")
 
     def load_model(self, state_dict: Optional[Dict[str, torch.Tensor]] = None) -> PreTrainedModel:
-        """The pretrained model, with ``state_dict`` (e.g. fine-tuned weights) loaded strictly over it."""
-        model = AutoModelForCausalLM.from_pretrained(
-            self._source(self.pretrained), config=self.load_config(), dtype=torch.float32
-        )
+        """The pretrained model, with ``state_dict`` (e.g. fine-tuned weights) loaded strictly over
+        it: an ``AutoModelForSeq2SeqLM`` for encoder-decoder configs (T5), else an
+        ``AutoModelForCausalLM``."""
+        config = self.load_config()
+        auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+        model = auto.from_pretrained(self._source(self.pretrained), config=config, dtype=torch.float32)
         if state_dict is not None:
             load_state_dict_strictly(model, state_dict)
         return model
@@ -87,10 +97,17 @@ def load_state_dict_strictly(model: torch.nn.Module, state_dict: Dict[str, torch
     model.load_state_dict(state_dict, strict=True)
 
 
+#: T5's training input length. Relative position buckets set no hard limit, so this is where
+#: inputs are cut for T5-style models.
+RELATIVE_POSITION_WINDOW = 512
+
+
 def context_window(config) -> int:
     """The longest input the model takes, in tokens."""
     for name in ("n_positions", "max_position_embeddings", "n_ctx"):
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
             return value
+    if getattr(config, "relative_attention_num_buckets", None):
+        return RELATIVE_POSITION_WINDOW
     raise ConfigurationError(f"Cannot tell the context window of a {type(config).__name__}")

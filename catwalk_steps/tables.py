@@ -52,7 +52,9 @@ class MetricsTable:
 
     def display_columns(self) -> List[str]:
         """The columns people read: a standard error shares its accuracy's cell."""
-        return [c for c in self.columns if not (c.endswith(STDERR_SUFFIX) and c.removesuffix(STDERR_SUFFIX) in self.columns)]
+        return [
+            c for c in self.columns if not (c.endswith(STDERR_SUFFIX) and c.removesuffix(STDERR_SUFFIX) in self.columns)
+        ]
 
     def cells(self) -> List[List[str]]:
         return [[_cell(row.get(c), row.get(c + STDERR_SUFFIX)) for c in self.display_columns()] for row in self.rows]

@@ -27,7 +27,8 @@ def tiny_t5(tmp_path_factory) -> str:
     torch.manual_seed(0)
     config = T5Config(
         vocab_size=len(tokenizer), d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2, dropout_rate=0.0,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.eos_token_id,
     )
     T5ForConditionalGeneration(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
@@ -69,7 +70,8 @@ def test_fine_tuning_caching_and_prediction_work_as_for_decoder_only_models(tiny
     cached = LocalWorkspace(workspace.dir).step_cache[step]
     assert isinstance(cached.load_model(), T5ForConditionalGeneration)
     predict = PredictStep(model=step, task=task, limit=16, step_name="predict")
-    from_training, from_cache = predict.run(model=trained, task=task, limit=16), predict.run(model=cached, task=task, limit=16)
+    from_training = predict.run(model=trained, task=task, limit=16)
+    from_cache = predict.run(model=cached, task=task, limit=16)
     assert from_training == from_cache and len(from_cache) == 16
     zero_shot = PredictStep(model=tiny_t5, task=task, limit=16, step_name="zero").result(workspace)
     assert [p["logliks"] for p in zero_shot] != [p["logliks"] for p in from_cache]

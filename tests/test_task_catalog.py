@@ -137,7 +137,8 @@ def test_mmlu_subjects_prompts_and_groups(tmp_path):
         "The following are multiple choice questions (with answers) about anatomy.\n\n"
         + demonstration + "Q0?\nA. w\nB. x\nC. y\nD. z\nAnswer:", " B")
     cloze = mmlu(data_files=data, formulation="cloze").instances("test")[1]
-    assert cloze.pairs()[0] == ("The following are questions (with answers) about virology.\n\nQuestion: Q1?\nAnswer:", " w")
+    description = "The following are questions (with answers) about virology.\n\n"
+    assert cloze.pairs()[0] == (description + "Question: Q1?\nAnswer:", " w")
     assert cloze.label == 1 and mmlu(data_files=data, formulation="cloze").unconditioned_context == "Answer:"
     assert mmlu(data_files=data).unconditioned_context is None  # no baseline for letters
     assert det_hash(mmlu(data_files=data, subjects=["virology", "anatomy"])) == det_hash(

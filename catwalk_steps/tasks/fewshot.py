@@ -30,14 +30,15 @@ def choose(pool: List[int], k: int, exclude: Optional[int], sampler: str, seed: 
 def add_demonstrations(
     task: "MultipleChoiceTask", split: str, numbers: List[int], instances: List["MCInstance"]
 ) -> List["MCInstance"]:
-    """``instances`` (of rows ``numbers`` of ``split``) with ``task.num_shots`` demonstrations from ``task.fewshot_split`` before
-    each context (and each choice context), joined by :data:`SEPARATOR`. An instance of the
-    few-shot split itself never demonstrates itself; with ``GROUP_FIELD``, demonstrations come
-    from the instance's own group."""
-    rows, source = task._load_rows(task.fewshot_split)
+    """``instances`` (of rows ``numbers`` of ``split``) with ``task.num_shots`` demonstrations
+    from ``task.fewshot_split`` before each context (and each choice context), joined by
+    :data:`SEPARATOR`. An instance of the few-shot split never demonstrates itself; with
+    ``GROUP_FIELD``, demonstrations come from the instance's own group."""
+    rows, source = task.load_rows(task.fewshot_split)
+    candidates = task.row_numbers(rows, source)  # checks the rows first
     groups = list(rows[task.GROUP_FIELD]) if task.GROUP_FIELD else None
     pools: Dict[Optional[str], List[int]] = {}
-    for number in task.row_numbers(rows, source):
+    for number in candidates:
         pools.setdefault(groups[number] if groups else None, []).append(number)
     demonstrations: Dict[int, str] = {}
     result = []

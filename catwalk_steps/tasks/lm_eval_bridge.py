@@ -39,7 +39,9 @@ def task_manager(include_path: Optional[str], include_defaults: bool):
     try:
         from lm_eval.tasks import TaskManager
     except ImportError as e:
-        raise ConfigurationError(f'The lm_eval task type needs lm-evaluation-harness: pip install -e ".[lm_eval]" ({e})')
+        raise ConfigurationError(
+            f'The lm_eval task type needs lm-evaluation-harness: pip install -e ".[lm_eval]" ({e})'
+        )
     return TaskManager(include_path=include_path, include_defaults=include_defaults)
 
 
@@ -127,11 +129,12 @@ class LmEvalTask(MultipleChoiceTask):
         return [split for split, key in SPLIT_KEYS.items() if self.config.get(key)]
 
     def det_hash_object(self) -> Any:
-        include = (
-            {str(p.relative_to(self.include_path)): sha256_of_file(p) for p in sorted(Path(self.include_path).rglob("*"))
-             if p.is_file() and "__pycache__" not in p.parts}
-            if self.include_path else None
-        )
+        include = None
+        if self.include_path:
+            files = sorted(
+                p for p in Path(self.include_path).rglob("*") if p.is_file() and "__pycache__" not in p.parts
+            )
+            include = {str(p.relative_to(self.include_path)): sha256_of_file(p) for p in files}
         source = (self.config.get("dataset_path"), self.config.get("dataset_name"),
                   _with_file_hashes(self.config.get("dataset_kwargs")))
         return (type(self).__name__, self.VERSION, importlib.metadata.version("lm_eval"), self.name, include, source,
@@ -140,7 +143,9 @@ class LmEvalTask(MultipleChoiceTask):
     def instances(self, split: str, limit: Optional[int] = None) -> List[MCInstance]:
         task = built_task(self.name, self.include_path, self.include_defaults)
         if split not in self.splits:
-            raise ConfigurationError(f"lm_eval task {self.name!r} has no {split} split (have: {', '.join(self.splits)})")
+            raise ConfigurationError(
+                f"lm_eval task {self.name!r} has no {split} split (have: {', '.join(self.splits)})"
+            )
         docs = {"train": task.training_docs, "validation": task.validation_docs, "test": task.test_docs}[split]()
         if self.num_shots and not hasattr(task, "sampler"):
             raise ConfigurationError(f"lm_eval task {self.name!r} has no documents to draw demonstrations from")
@@ -156,7 +161,9 @@ class LmEvalTask(MultipleChoiceTask):
         if isinstance(gold, str):
             gold = choices.index(gold) if gold in choices else -1
         if not isinstance(gold, int) or not 0 <= gold < len(choices):
-            raise DataError(f"lm_eval task {self.name!r}: document {row}: gold {gold!r} is not one of {len(choices)} choices")
+            raise DataError(
+                f"lm_eval task {self.name!r}: document {row}: gold {gold!r} is not one of {len(choices)} choices"
+            )
         if task.multiple_input:  # one context per choice, one shared continuation
             continuation = delimiter + str(task.doc_to_target(doc))
             return MCInstance(id=instance_id, context=context[gold], continuations=[continuation] * len(context),

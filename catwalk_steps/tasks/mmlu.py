@@ -63,7 +63,8 @@ class MmluTask(MultipleChoiceTask):
         numbers = []
         for number, subject in enumerate(rows[self.GROUP_FIELD]):
             if subject not in SUBJECTS:
-                raise Row(rows[number], source, number + 1).error("subject", f"is not an MMLU subject (got {subject!r})")
+                row = Row(rows[number], source, number + 1)
+                raise row.error("subject", f"is not an MMLU subject (got {subject!r})")
             if subject in self.subjects:
                 numbers.append(number)
         return numbers

@@ -208,7 +208,7 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
 
     def instances(self, split: str, limit: Optional[int] = None) -> List[MCInstance]:
         """The instances of ``split`` in file order, the first ``limit`` of them if given."""
-        rows, source = self._load_rows(split)
+        rows, source = self.load_rows(split)
         numbers = self.row_numbers(rows, source)
         if limit is not None:
             numbers = numbers[:limit]
@@ -234,7 +234,8 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
         group = row.get(self.GROUP_FIELD) if self.GROUP_FIELD else None
         return replace(instance, description=self.description(row), group=group)
 
-    def _load_rows(self, split: str) -> Tuple[datasets.Dataset, str]:
+    def load_rows(self, split: str) -> Tuple[datasets.Dataset, str]:
+        """The rows of ``split`` and a name for where they come from (for error messages)."""
         if self.data_files:
             if split not in self.data_files:
                 raise ConfigurationError(

@@ -12,7 +12,8 @@ from tango.format import Format
 from torchmetrics.classification import MulticlassAccuracy
 
 from .atomic import AtomicJsonFormat, replace_atomically
-from .tables import MetricsTable
+from .averages import STDERR_SUFFIX, binomial_stderr, macro_average
+from .tables import MetricsTable, check_average_over
 
 
 def choice_scores(predictions: List[Dict[str, Any]], metric: str) -> torch.Tensor:
@@ -22,7 +23,7 @@ def choice_scores(predictions: List[Dict[str, Any]], metric: str) -> torch.Tenso
     scores = torch.full((len(predictions), width), float("-inf"), dtype=torch.float64)
     for row, p in enumerate(predictions):
         values = torch.tensor(p["logliks"], dtype=torch.float64)
-        if metric == "acc_norm":  # per character, lm-evaluation-harness's acc_norm
+        if metric == "acc_norm":  # per character of the answer text, lm-evaluation-harness's acc_norm
             values = values / torch.tensor(p["num_chars"], dtype=torch.float64)
         elif metric == "acc_per_token":
             values = values / torch.tensor(p["num_tokens"], dtype=torch.float64)
@@ -32,34 +33,54 @@ def choice_scores(predictions: List[Dict[str, Any]], metric: str) -> torch.Tenso
     return scores
 
 
+def accuracies(predictions: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Each accuracy of ``predictions`` with its binomial standard error, and their count."""
+    names = ["acc", "acc_norm", "acc_per_token"]
+    if all("unconditioned_logliks" in p for p in predictions):
+        names.append("acc_uncond")
+    labels = torch.tensor([p["label"] for p in predictions])
+    metrics: Dict[str, Any] = {}
+    for name in names:
+        scores = choice_scores(predictions, name)
+        accuracy = MulticlassAccuracy(num_classes=scores.shape[1], average="micro", sync_on_compute=False)
+        accuracy.update(scores.argmax(-1), labels)
+        metrics[name] = accuracy.compute().item()
+        metrics[name + STDERR_SUFFIX] = binomial_stderr(metrics[name], len(predictions))
+    metrics["count"] = len(predictions)
+    return metrics
+
+
 @Step.register("catwalk::calculate_metrics")
 class CalculateMetricsStep(Step):
     """Accuracy of predictions from ``catwalk::predict``, ranking choices by summed
-    log-likelihood (``acc``), per character (``acc_norm``), per token (``acc_per_token``), and,
-    where the task has an unconditioned context, by the gain over it (``acc_uncond``).
+    log-likelihood (``acc``), per character of the answer text (``acc_norm``, as
+    lm-evaluation-harness), per token (``acc_per_token``), and, where the task has an
+    unconditioned context, by the gain over it (``acc_uncond``); each with its standard error
+    (``acc_stderr``, ...; see :mod:`.averages`).
+
+    For a task with groups (MMLU's subjects), the top-level numbers are over all instances
+    (lm-evaluation-harness's ``mmlu`` number), ``groups`` holds each group's metrics and
+    ``macro`` their macro average.
 
     Runs in one process; ``sync_on_compute=False`` says so to torchmetrics, which would
     otherwise all-gather whenever a process group happens to exist.
     """
 
-    VERSION = "cw1"
+    VERSION = "cw2"  # cw2: standard errors, groups; acc_norm per answer character (PredictStep cw2)
     FORMAT = AtomicJsonFormat()
 
-    def run(self, predictions: List[Dict[str, Any]]) -> Dict[str, float]:  # type: ignore[override]
+    def run(self, predictions: List[Dict[str, Any]]) -> Dict[str, Any]:  # type: ignore[override]
         if not predictions:
             raise ValueError("No predictions to compute metrics on")
-        names = ["acc", "acc_norm", "acc_per_token"]
-        if all("unconditioned_logliks" in p for p in predictions):
-            names.append("acc_uncond")
-        labels = torch.tensor([p["label"] for p in predictions])
-        metrics: Dict[str, float] = {}
-        for name in names:
-            scores = choice_scores(predictions, name)
-            accuracy = MulticlassAccuracy(num_classes=scores.shape[1], average="micro", sync_on_compute=False)
-            accuracy.update(scores.argmax(-1), labels)
-            metrics[name] = accuracy.compute().item()
-        metrics["count"] = len(predictions)
-        self.logger.info("Metrics: %s", metrics)
+        metrics = accuracies(predictions)
+        by_group: Dict[str, List[Dict[str, Any]]] = {}
+        for p in predictions:
+            if "group" in p:
+                by_group.setdefault(p["group"], []).append(p)
+        if by_group:
+            metrics["groups"] = {group: accuracies(members) for group, members in sorted(by_group.items())}
+            metrics["macro"] = macro_average(list(metrics["groups"].values()))
+        self.logger.info("Metrics: %s", {k: v for k, v in metrics.items() if k != "groups"})
         return metrics
 
 
@@ -84,15 +105,25 @@ class MetricsTableFormat(Format[MetricsTable]):
 @Step.register("catwalk::tabulate_metrics")
 class TabulateMetricsStep(Step):
     """Gathers many metric results, keyed by names like ``task/model/seed``, into one table,
-    cached as Markdown, CSV and JSON. ``key_columns`` names the parts of those keys."""
+    cached as Markdown, CSV and JSON. ``key_columns`` names the parts of those keys;
+    ``average_over`` (e.g. ``"task"``) adds a macro-average row for each combination of the
+    other key columns."""
 
-    VERSION = "cw1"
+    VERSION = "cw2"  # cw2: standard-error columns, macro averages
     FORMAT = MetricsTableFormat()
 
+    @classmethod
+    def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        check_average_over(kwargs.get("key_columns") or ["run"], kwargs.get("average_over"))
+        return kwargs
+
     def run(  # type: ignore[override]
-        self, metrics: Dict[str, Dict[str, Any]], key_columns: Optional[List[str]] = None
+        self,
+        metrics: Dict[str, Dict[str, Any]],
+        key_columns: Optional[List[str]] = None,
+        average_over: Optional[str] = None,
     ) -> MetricsTable:
-        return MetricsTable.from_results(metrics, key_columns or ["run"])
+        return MetricsTable.from_results(metrics, key_columns or ["run"], average_over)
 
 
 @Step.register("catwalk::print_metrics")

@@ -37,15 +37,17 @@ class PredictStep(Step):
 
     ``model`` is a spec (``rc::gpt2``) for a stock pretrained model, or the result of
     ``catwalk::finetune``. The result is one JSON-safe record per instance: its id, gold label,
-    and per choice the summed log-likelihood, token count and character count, and, for tasks
-    with an ``UNCONDITIONED_CONTEXT``, the log-likelihood after that context alone. From these
+    group (if the task has groups), and per choice the summed log-likelihood, token count and
+    the character count of the answer text (without the target delimiter, as
+    lm-evaluation-harness's ``acc_norm`` counts), and, for tasks with an
+    ``unconditioned_context``, the log-likelihood after that context alone. From these
     :class:`CalculateMetricsStep` derives every metric without scoring again.
 
     The device and the batching knobs change how fast, not what, so they are not in the cache
     key (batching can move a log-likelihood by ~1e-6 through padding, never a prediction).
     """
 
-    VERSION = "cw1"
+    VERSION = "cw2"  # cw2: num_chars without the target delimiter; group
     FORMAT = AtomicJsonFormat()
     SKIP_ID_ARGUMENTS = {"device", "max_batch_size", "max_batch_tokens"}
 
@@ -94,8 +96,8 @@ class PredictStep(Step):
         instances = task.instances(split, limit)
         queries = [encode_pair(tok, context, c) for i in instances for context, c in i.pairs()]
         conditioned = len(queries)
-        if task.UNCONDITIONED_CONTEXT is not None:
-            queries += [encode_pair(tok, task.UNCONDITIONED_CONTEXT, c) for i in instances for c in i.continuations]
+        if task.unconditioned_context is not None:
+            queries += [encode_pair(tok, task.unconditioned_context, c) for i in instances for c in i.continuations]
 
         # Scores reach the work dir batch by batch, so a killed run resumes where it stopped;
         # the journal is discarded if the queries or the weights are not those it was written for.
@@ -131,8 +133,10 @@ class PredictStep(Step):
                 "label": instance.label,
                 "logliks": logliks[start:end],
                 "num_tokens": [len(q.continuation) for q in queries[start:end]],
-                "num_chars": [len(c) for c in instance.continuations],
+                "num_chars": instance.answer_lengths(),
             }
+            if instance.group is not None:
+                record["group"] = instance.group
             if conditioned < len(queries):
                 record["unconditioned_logliks"] = logliks[conditioned + start:conditioned + end]
             predictions.append(record)

@@ -5,7 +5,9 @@ trained on them, and the models are randomly initialised GPT-2s (``model``: 2 la
 ``model-small``: 1 layer, 32 wide). In the PIQA-format set each goal names an action and the
 right solution names the tool for it, so a fine-tuned model can learn what a random one cannot
 guess. The second set (``tools_*.jsonl``, 4 choices, for a config-defined template task) asks
-for the same action-tool pairs in another form, to show how fine-tuning on one task carries over.
+for the same action-tool pairs in another form, to show how fine-tuning on one task carries over;
+``core/`` asks for them once more in the hub format of each task of the core suite
+(``configs/core_tiny.jsonnet``).
 
     python -m catwalk_steps.tiny data/tiny
 """
@@ -14,7 +16,7 @@ import argparse
 import json
 import random
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -50,18 +52,70 @@ def make_rows(count: int, rng: random.Random) -> List[Dict]:
     return rows
 
 
+def tool_choice(rng: random.Random, count: int) -> Tuple[str, str, List[str], int]:
+    """An action, an object, ``count`` tools in random order (one of them right) and its index."""
+    action = rng.choice(sorted(TOOLS))
+    options = [action] + rng.sample(sorted(set(TOOLS) - {action}), count - 1)
+    rng.shuffle(options)
+    return action, rng.choice(OBJECTS), [TOOLS[option] for option in options], options.index(action)
+
+
 def make_tool_questions(count: int, rng: random.Random) -> List[Dict]:
     rows = []
     for _ in range(count):
-        action = rng.choice(sorted(TOOLS))
-        options = [action] + rng.sample(sorted(set(TOOLS) - {action}), 3)
-        rng.shuffle(options)
-        rows.append({
-            "question": f"What do you use to {action} {rng.choice(OBJECTS)}?",
-            "options": [TOOLS[option] for option in options],
-            "answer": "ABCD"[options.index(action)],
-        })
+        action, thing, tools, gold = tool_choice(rng, 4)
+        rows.append({"question": f"What do you use to {action} {thing}?", "options": tools, "answer": "ABCD"[gold]})
     return rows
+
+
+def _lettered(tools: List[str]) -> Dict[str, List[str]]:
+    return {"text": tools, "label": list("ABCDE"[: len(tools)])}
+
+
+#: The core suite's tasks (piqa aside, which has its own files) in their hub formats, asking
+#: about the same action-tool pairs: task -> (choices per row, row maker).
+CORE_FORMATS: Dict[str, Tuple[int, Callable[[str, str, List[str], int], Dict]]] = {
+    "arc_easy": (4, lambda a, o, tools, g: {
+        "question": f"Which tool helps you {a} {o}?", "choices": _lettered(tools), "answerKey": "ABCD"[g]}),
+    "arc_challenge": (4, lambda a, o, tools, g: {
+        "question": f"What should you take to {a} {o}?", "choices": _lettered(tools), "answerKey": "ABCD"[g]}),
+    "openbookqa": (4, lambda a, o, tools, g: {
+        "question_stem": f"To {a} {o}, you use", "choices": _lettered(tools), "answerKey": "ABCD"[g]}),
+    "hellaswag": (4, lambda a, o, tools, g: {
+        "activity_label": "Chores", "ctx_a": f"Someone wants to {a} {o}.", "ctx_b": "they",
+        "endings": [f"take {tool} and do it." for tool in tools], "label": str(g)}),
+    "copa": (2, lambda a, o, tools, g: {
+        "premise": f"I wanted to {a} {o}.", "question": "effect", "choice1": f"I took {tools[0]}.",
+        "choice2": f"I took {tools[1]}.", "label": g}),
+    "boolq": (2, lambda a, o, tools, g: {
+        "passage": f"You can {a} things with {tools[g]}.", "question": f"can you {a} {o} with {tools[0]}",
+        "label": int(g == 0)}),
+    "sciq": (4, lambda a, o, tools, g: {
+        "support": "", "question": f"What do you use to {a} {o}?", "correct_answer": tools[g],
+        **{f"distractor{n + 1}": tool for n, tool in enumerate(tools[:g] + tools[g + 1:])}}),
+    "winogrande": (2, lambda a, o, tools, g: {
+        "sentence": f"Tom had {tools[0]} and Sam had {tools[1]}, so _ could {a} {o}.", "option1": "Tom",
+        "option2": "Sam", "answer": str(g + 1)}),
+    "commonsense_qa": (5, lambda a, o, tools, g: {
+        "question": f"What do you need to {a} {o}?", "choices": _lettered(tools), "answerKey": "ABCDE"[g]}),
+    "social_iqa": (3, lambda a, o, tools, g: {
+        "context": f"Kim wanted to {a} {o}.", "question": "What did Kim need first?", "answerA": tools[0],
+        "answerB": tools[1], "answerC": tools[2], "label": str(g + 1)}),
+    "mmlu": (4, lambda a, o, tools, g: {
+        "question": f"Which tool do you use to {a} {o}?", "subject": "miscellaneous", "choices": tools, "answer": g}),
+}
+#: Rows per split; MMLU's are "dev" (few-shot) and "test" (scored), as on the hub.
+CORE_SPLITS = {"train": 32, "validation": 32}
+MMLU_SPLITS = {"dev": 5, "test": 32}
+
+
+def make_core_suite(rng: random.Random) -> Dict[str, List[Dict]]:
+    """``{file name: rows}`` for every task of :data:`CORE_FORMATS`."""
+    files = {}
+    for task, (count, make) in CORE_FORMATS.items():
+        for split, size in (MMLU_SPLITS if task == "mmlu" else CORE_SPLITS).items():
+            files[f"core/{task}_{split}.jsonl"] = [make(*tool_choice(rng, count)) for _ in range(size)]
+    return files
 
 
 def build_tokenizer(texts: List[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -83,8 +137,9 @@ def build(out: Path, train_size: int = 512, validation_size: int = 128, seed: in
         **{f"{split}.jsonl": rows for split, rows in splits.items()},
         "tools_train.jsonl": make_tool_questions(train_size, tool_rng),
         "tools_validation.jsonl": make_tool_questions(validation_size, tool_rng),
+        **make_core_suite(random.Random(seed + 2)),
     }
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "core").mkdir(parents=True, exist_ok=True)
     for name, rows in files.items():
         (out / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
 

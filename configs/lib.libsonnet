@@ -1,23 +1,56 @@
 // Helpers for catwalk-steps configs: step graphs built from plain lists and objects.
+local suites = import "suites.libsonnet";
+
 {
   ref(name):: { type: "ref", ref: name },
 
-  // predict_<name> and metrics_<name>: score `model` (a spec string or a ref) on `task`.
-  evaluate(name, model, task):: {
-    ["predict_" + name]: { type: "catwalk::predict", model: model, task: task },
+  // predict_<name> and metrics_<name>: score `model` (a spec string or a ref) on `task`;
+  // `predict` holds catwalk::predict's other settings (split, limit, ...).
+  evaluate(name, model, task, predict={}):: {
+    ["predict_" + name]: { type: "catwalk::predict", model: model, task: task } + predict,
     ["metrics_" + name]: { type: "catwalk::calculate_metrics", predictions: $.ref("predict_" + name) },
   },
 
   // A cached table of the named metrics steps (`{row name: step name}`), printed at the end of
-  // every run. Row names split on "/" into `key_columns`.
-  report(rows, key_columns=["run"]):: {
+  // every run. Row names split on "/" into `key_columns`; with `average_over` (a key column),
+  // each combination of the other columns gets a macro-average row.
+  report(rows, key_columns=["run"], average_over=null):: {
     table: {
       type: "catwalk::tabulate_metrics",
       metrics: { [row]: $.ref(rows[row]) for row in std.objectFields(rows) },
       key_columns: key_columns,
-    },
+    } + (if average_over == null then {} else { average_over: average_over }),
     results: { type: "catwalk::print_metrics", table: $.ref("table") },
   },
+
+  // Every task of the named suite (suites.libsonnet) scored by every model of `models`
+  // (name -> spec or ref) at every shot count of `shots`, in one table with a macro average
+  // per model and shot count. `tasks` (suite task name -> settings) is merged into the suite's
+  // task configs, e.g. local data_files; `predict` holds catwalk::predict's other settings.
+  suite(name, models, shots=[0], tasks={}, predict={})::
+    local entries = suites[name];
+    local runs = [
+      { model: m, task: t, shots: k, step: std.format("%s_%s_%dshot", [m, t, k]) }
+      for m in std.objectFields(models)
+      for k in shots
+      for t in std.objectFields(entries)
+    ];
+    local setting(object, field, default) = if std.objectHas(object, field) then object[field] else default;
+    std.foldl(
+      function(steps, r) steps + $.evaluate(
+        r.step,
+        models[r.model],
+        entries[r.task].task + setting(tasks, r.task, {}) + { num_shots: r.shots },
+        { split: setting(entries[r.task], "split", "validation") } + predict,
+      ),
+      runs,
+      {},
+    )
+    + $.report(
+      { [std.format("%s/%d-shot/%s", [r.model, r.shots, r.task])]: "metrics_" + r.step for r in runs },
+      ["model", "shots", "task"],
+      average_over="task",
+    ),
 
   // Fine-tune `model` on `task`, and score it before and after. `finetune` holds
   // catwalk::finetune's other settings.

@@ -15,6 +15,16 @@
     label_field: "answer",
     label_values: ["A", "B", "C", "D"],
   },
+  // The core suite's tasks on local files (data/tiny/core: the same action-tool pairs in each
+  // task's hub format), for lib.suite("core", ..., tasks=tiny.core).
+  core: {
+    [task]: { data_files: { [split]: std.format("data/tiny/core/%s_%s.jsonl", [task, split]) for split in ["train", "validation"] } }
+    for task in ["arc_easy", "arc_challenge", "openbookqa", "hellaswag", "copa", "boolq", "sciq", "winogrande",
+                 "commonsense_qa", "social_iqa"]
+  } + {
+    piqa: { data_files: $.piqa.data_files },
+    mmlu: { data_files: { dev: "data/tiny/core/mmlu_dev.jsonl", test: "data/tiny/core/mmlu_test.jsonl" } },
+  },
   finetune: {
     batch_size: 16,
     // Two micro-batches of 8 per step: one after the other on 1 device, side by side on 2

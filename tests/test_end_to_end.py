@@ -87,7 +87,8 @@ def test_offline_sweep_fills_every_cell_of_its_table(tmp_path):
     tango_run("configs/sweep_tiny.jsonnet", tmp_path / "sweep", "sweep")
     table = LocalWorkspace(tmp_path / "sweep").step_result_for_run("sweep", "table")
     keys = ["task", "model", "finetuned_on", "seed", "lr"]
-    assert table.columns == keys + ["acc", "acc_norm", "acc_per_token", "acc_uncond", "count"]
+    accuracies = ["acc", "acc_norm", "acc_per_token", "acc_uncond"]
+    assert table.columns == keys + [c for a in accuracies for c in (a, a + "_stderr")] + ["count"]
     expected = {
         (task, model, trained, seed)
         for task in ("piqa", "tools")
@@ -101,3 +102,22 @@ def test_offline_sweep_fills_every_cell_of_its_table(tmp_path):
             assert isinstance(row[column], (int, float)), (row, column)
     written = next((tmp_path / "sweep" / "cache").glob("TabulateMetricsStep-*"))
     assert {"table.md", "table.csv", "table.json"} <= {p.name for p in written.iterdir()}
+
+
+CORE_SUITE = {"piqa", "arc_easy", "arc_challenge", "openbookqa", "hellaswag", "copa", "boolq", "sciq", "winogrande",
+              "commonsense_qa", "social_iqa", "mmlu"}
+
+
+def test_core_suite_zero_and_five_shot_in_one_table_with_macro_averages(tmp_path):
+    output = tango_run("configs/core_tiny.jsonnet", tmp_path / "core", "core")
+    workspace = LocalWorkspace(tmp_path / "core")
+    table = workspace.step_result_for_run("core", "table")
+    for shots in ("0-shot", "5-shot"):
+        rows = {row["task"]: row for row in table.rows if row["model"] == "tiny" and row["shots"] == shots}
+        assert set(rows) == CORE_SUITE | {"macro-average"}
+        macro = rows.pop("macro-average")
+        assert macro["acc"] == pytest.approx(sum(row["acc"] for row in rows.values()) / len(CORE_SUITE))
+        assert all(isinstance(row["acc_stderr"], float) for row in [macro, *rows.values()])
+    assert "macro-average" in output and " ± " in output
+    zero, five = (workspace.step_result_for_run("core", f"predict_tiny_piqa_{k}shot") for k in (0, 5))
+    assert [p["logliks"] for p in zero] != [p["logliks"] for p in five]  # the demonstrations are scored with

@@ -20,7 +20,46 @@ PREDICTIONS = [
 def test_each_accuracy_ranks_by_its_own_normalisation():
     metrics = CalculateMetricsStep(predictions=PREDICTIONS).run(predictions=PREDICTIONS)
     # acc_uncond: a: -4-(-1) = -3 vs -6-(-5) = -1 -> choice 1 (right); b: all 0 -> choice 0 (wrong)
-    assert metrics == {"acc": 0.5, "acc_norm": 1.0, "acc_per_token": 1.0, "acc_uncond": 0.5, "count": 2}
+    accuracies = {"acc": 0.5, "acc_norm": 1.0, "acc_per_token": 1.0, "acc_uncond": 0.5}
+    # lm-evaluation-harness's stderr: sqrt(p (1 - p) / (n - 1)); 0.5 of 2 -> sqrt(0.25 / 1)
+    stderrs = {"acc_stderr": 0.5, "acc_norm_stderr": 0.0, "acc_per_token_stderr": 0.0, "acc_uncond_stderr": 0.5}
+    assert metrics == {**accuracies, **stderrs, "count": 2}
+
+
+def test_stderr_is_lm_evaluation_harness_s():
+    from lm_eval.api.metrics import mean_stderr
+
+    from catwalk_steps.averages import binomial_stderr
+
+    outcomes = [1, 0, 0, 1, 1, 1, 0, 1, 1, 1, 0]
+    assert binomial_stderr(sum(outcomes) / len(outcomes), len(outcomes)) == pytest.approx(mean_stderr(outcomes))
+    assert binomial_stderr(1.0, 1) is None
+
+
+def test_acc_norm_divides_by_the_answer_without_its_leading_space():
+    """Hand-computed: " ab" (-2.5) vs " abcde" (-6.0). Counting the space, -2.5/3 = -0.833 beats
+    -6/6 = -1 and picks choice 0; without it, as lm-evaluation-harness, -2.5/2 = -1.25 loses to
+    -6/5 = -1.2 and choice 1 (gold) wins."""
+    from catwalk_steps.tasks import MCInstance
+
+    instance = MCInstance(id="x", context="Q:", continuations=[" ab", " abcde"], label=1)
+    assert instance.answer_lengths() == [2, 5]
+    predictions = [{"label": 1, "logliks": [-2.5, -6.0], "num_tokens": [1, 1], "num_chars": instance.answer_lengths()}]
+    assert CalculateMetricsStep(predictions=predictions).run(predictions=predictions)["acc_norm"] == 1.0
+
+
+def test_grouped_predictions_get_per_group_metrics_and_their_macro_average():
+    right = {"logliks": [-1.0, -2.0], "num_tokens": [1, 1], "num_chars": [1, 1], "label": 0}
+    wrong = {**right, "label": 1}
+    predictions = [{**right, "group": "a"}, {**right, "group": "a"}, {**wrong, "group": "a"}, {**right, "group": "b"},
+                   {**wrong, "group": "b"}]
+    metrics = CalculateMetricsStep(predictions=predictions).run(predictions=predictions)
+    assert metrics["acc"] == pytest.approx(3 / 5) and metrics["count"] == 5
+    assert metrics["groups"]["a"]["acc"] == pytest.approx(2 / 3) and metrics["groups"]["b"]["acc"] == 0.5
+    assert metrics["macro"]["acc"] == pytest.approx((2 / 3 + 0.5) / 2)
+    a, b = metrics["groups"]["a"]["acc_stderr"], metrics["groups"]["b"]["acc_stderr"]
+    assert metrics["macro"]["acc_stderr"] == pytest.approx((a * a + b * b) ** 0.5 / 2)
+    assert metrics["macro"]["count"] == 5
 
 
 def test_acc_uncond_only_when_every_prediction_has_it():
@@ -39,6 +78,25 @@ def test_table_splits_names_and_writes_markdown_csv_json(tmp_path):
     assert MetricsTableFormat().read(tmp_path) == table
     with pytest.raises(ConfigurationError, match="does not split into task/model/seed"):
         MetricsTable.from_results({"piqa/gpt2": {}}, ["task", "model", "seed"])
+
+
+def test_table_shows_acc_plus_minus_stderr_and_a_macro_average_per_model():
+    def result(acc, stderr):
+        return {"acc": acc, "acc_stderr": stderr, "count": 10, "groups": {"x": {"acc": 1.0}}}
+
+    results = {"tiny/0/piqa": result(0.5, 0.1), "tiny/0/boolq": result(0.7, 0.2), "big/0/piqa": result(0.9, 0.3)}
+    table = MetricsTable.from_results(results, ["model", "shots", "task"], average_over="task")
+    assert table.columns == ["model", "shots", "task", "acc", "acc_stderr", "count"]  # no nested columns
+    assert [(r["model"], r["task"]) for r in table.rows] == [
+        ("tiny", "piqa"), ("tiny", "boolq"), ("tiny", "macro-average"), ("big", "piqa"), ("big", "macro-average"),
+    ]
+    macro = table.rows[2]
+    assert macro["acc"] == pytest.approx(0.6) and macro["acc_stderr"] == pytest.approx((0.01 + 0.04) ** 0.5 / 2)
+    assert macro["count"] == 20
+    assert table.to_markdown().splitlines()[4] == "| tiny | 0 | macro-average | 0.6000 ± 0.1118 | 20 |"
+    assert table.to_csv().splitlines()[0] == "model,shots,task,acc,acc_stderr,count"
+    with pytest.raises(ConfigurationError, match="average_over='seed' is not one of the key columns"):
+        TabulateMetricsStep(metrics=results, key_columns=["model", "shots", "task"], average_over="seed")
 
 
 def test_an_empty_table_still_renders():

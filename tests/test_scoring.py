@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import torch
 
@@ -113,7 +115,7 @@ class CacheNamedCache(torch.nn.Module):
 
     def __init__(self, lm):
         super().__init__()
-        self.lm, self.caches = lm, []
+        self.lm, self.caches, self.config = lm, [], lm.config
 
     def forward(self, input_ids, cache=None, attention_mask=None, position_ids=None, use_cache=None, logits_to_keep=0):
         self.caches.append(cache)
@@ -151,3 +153,29 @@ def test_bfloat16_scoring_stays_close_and_float32_is_the_default(tiny_task, tmp_
         assert a["logliks"] == pytest.approx(b["logliks"], rel=0.05)
     with pytest.raises(ConfigurationError, match="dtype must be one of"):
         PredictStep(model=TINY_MODEL, task=tiny_task, dtype="int8")
+
+
+@pytest.mark.parametrize("num_shots", [1, 5])
+def test_few_shot_predictions_share_the_context_or_cut_it_from_the_left(tiny, tmp_path, num_shots):
+    """1-shot prompts fit the tiny model's 64 tokens and are scored against one encoding of the
+    shared context; 5-shot prompts do not, and are cut from the left. Either way each choice
+    gets the log-likelihood it gets alone, and ``num_chars`` counts the answer without its
+    leading space (lm-evaluation-harness's ``acc_norm``)."""
+    from tango.workspaces import LocalWorkspace
+
+    from catwalk_steps import PiqaTask, PredictStep
+
+    from .conftest import TINY
+
+    tokenizer, lm = tiny
+    task = PiqaTask(data_files={"train": str(TINY / "train.jsonl"), "validation": str(TINY / "validation.jsonl")},
+                    num_shots=num_shots)
+    records = PredictStep(model=TINY_MODEL, task=task, limit=4, step_name="p").result(LocalWorkspace(tmp_path))
+    queries = [encode_pair(tokenizer, c, x) for i in task.instances("validation", limit=4) for c, x in i.pairs()]
+    fits = [len(q.context) + len(q.continuation) <= 65 for q in queries]
+    assert all(fits) if num_shots == 1 else not any(fits)
+    alone = [score_queries(lm, [q], pad_token_id=tokenizer.pad_token_id, max_length=64, max_batch_size=1,
+                           max_batch_tokens=4096)[0] for q in queries]
+    assert [v for r in records for v in r["logliks"]] == pytest.approx(alone, abs=1e-4)
+    rows = [json.loads(line) for line in (TINY / "validation.jsonl").read_text().splitlines()[:4]]
+    assert [r["num_chars"] for r in records] == [[len(row["sol1"]), len(row["sol2"])] for row in rows]

@@ -119,3 +119,48 @@ def test_template_task_builds_from_params(tmp_path):
         "type": "template", "data_files": {"train": str(path)}, "context": "{goal}", "choice_fields": ["a", "b"],
     }))
     assert task.instances("train")[0].continuations == [" x", " y"]
+
+
+def mmlu_row(subject: str, n: int) -> dict:
+    return {"question": f"Q{n}?", "subject": subject, "choices": ["w", "x", "y", "z"], "answer": n % 4}
+
+
+def test_mmlu_subjects_prompts_and_groups(tmp_path):
+    rows = [mmlu_row("anatomy", 0), mmlu_row("virology", 1), mmlu_row("anatomy", 2)]
+    dev = [mmlu_row("virology", 5), mmlu_row("anatomy", 6), mmlu_row("anatomy", 7)]
+    data = {"test": str(write_jsonl(tmp_path / "t.jsonl", rows)), "dev": str(write_jsonl(tmp_path / "d.jsonl", dev))}
+    mmlu = MultipleChoiceTask.by_name("mmlu")
+    first, second = mmlu(data_files=data, subjects=["anatomy"], num_shots=1).instances("test")
+    assert (first.id, second.id, first.group) == ("test/0", "test/2", "anatomy")
+    demonstration = "Q6?\nA. w\nB. x\nC. y\nD. z\nAnswer: C\n\n"  # the subject's first dev row
+    assert first.pairs()[1] == (
+        "The following are multiple choice questions (with answers) about anatomy.\n\n"
+        + demonstration + "Q0?\nA. w\nB. x\nC. y\nD. z\nAnswer:", " B")
+    cloze = mmlu(data_files=data, formulation="cloze").instances("test")[1]
+    description = "The following are questions (with answers) about virology.\n\n"
+    assert cloze.pairs()[0] == (description + "Question: Q1?\nAnswer:", " w")
+    assert cloze.label == 1 and mmlu(data_files=data, formulation="cloze").unconditioned_context == "Answer:"
+    assert mmlu(data_files=data).unconditioned_context is None  # no baseline for letters
+    assert det_hash(mmlu(data_files=data, subjects=["virology", "anatomy"])) == det_hash(
+        mmlu(data_files=data, subjects=["anatomy", "virology"]))
+    with pytest.raises(ConfigurationError, match="Unknown MMLU subjects: anatomyy"):
+        mmlu(subjects=["anatomyy"])
+    bad = write_jsonl(tmp_path / "bad.jsonl", [mmlu_row("cooking", 0)])
+    with pytest.raises(DataError, match="row 1: field 'subject' is not an MMLU subject"):
+        mmlu(data_files={"test": str(bad)}).instances("test")
+
+
+def test_social_iqa_and_commonsense_qa_in_both_formulations(tmp_path):
+    siqa_row = {"context": "Alex gave a gift.", "question": "How does Alex feel?", "answerA": "sad",
+                "answerB": "happy", "answerC": "angry", "label": "2"}
+    path = str(write_jsonl(tmp_path / "s.jsonl", [siqa_row]))
+    siqa = MultipleChoiceTask.by_name("social_iqa")
+    (cloze,) = siqa(data_files={"validation": path}).instances("validation")
+    assert (cloze.context, cloze.continuations, cloze.label) == (
+        "Q: Alex gave a gift. How does Alex feel?\nA:", [" sad", " happy", " angry"], 1)
+    (mc,) = siqa(data_files={"validation": path}, formulation="mc").instances("validation")
+    assert mc.context == "Question: Alex gave a gift. How does Alex feel?\nA. sad\nB. happy\nC. angry\nAnswer:"
+    csqa_row = {**ARC_ROW, "question": " Which gas do plants take in? "}
+    path = str(write_jsonl(tmp_path / "c.jsonl", [csqa_row]))
+    (csqa,) = MultipleChoiceTask.by_name("commonsense_qa")(data_files={"validation": path}).instances("validation")
+    assert (csqa.context, csqa.continuations, csqa.label) == (CASES["arc_easy"][1], CASES["arc_easy"][2], 1)

@@ -21,7 +21,7 @@ _SHORT_NAMES = {"lora": {"alpha": "lora_alpha", "dropout": "lora_dropout"}, "ia3
 _NOT_SETTINGS = {"task_type", "peft_type", "base_model_name_or_path", "revision", "inference_mode", "auto_mapping"}
 
 
-def peft_config(adapter: Adapter) -> PeftConfig:
+def peft_config(adapter: Adapter, task_type: str = "CAUSAL_LM") -> PeftConfig:
     """peft's config for ``adapter``, or a :class:`ConfigurationError` naming what is wrong."""
     kind = adapter.get("type")
     if kind not in _CONFIGS:
@@ -34,7 +34,7 @@ def peft_config(adapter: Adapter) -> PeftConfig:
         raise ConfigurationError(f"Unknown {kind} adapter settings {unknown}; peft's {config_class.__name__} takes e.g. "
                                  f"{', '.join(sorted(allowed)[:12])}, ...")
     try:
-        return config_class(task_type="CAUSAL_LM", **settings)
+        return config_class(task_type=task_type, **settings)
     except (TypeError, ValueError) as e:
         raise ConfigurationError(f"Bad {kind} adapter settings {settings}: {e}") from None
 
@@ -42,7 +42,8 @@ def peft_config(adapter: Adapter) -> PeftConfig:
 def add_adapter(lm: PreTrainedModel, adapter: Adapter) -> PeftModel:
     """``lm`` with a fresh adapter; only the adapter's weights require gradients."""
     try:
-        return get_peft_model(lm, peft_config(adapter))
+        task_type = "SEQ_2_SEQ_LM" if lm.config.is_encoder_decoder else "CAUSAL_LM"
+        return get_peft_model(lm, peft_config(adapter, task_type))
     except ValueError as e:  # e.g. target modules the model does not have
         raise ConfigurationError(f"Cannot add the {adapter['type']} adapter to {type(lm).__name__}: {e}") from None
 

@@ -15,7 +15,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 import torch
 from accelerate import init_empty_weights
 from tango.common.exceptions import ConfigurationError
-from transformers import AutoModelForCausalLM, PreTrainedModel
+from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, PreTrainedModel
 
 CHUNK = 16 << 20
 _DTYPES = {
@@ -47,11 +47,16 @@ def read_tensors(path: Path, dtype: torch.dtype) -> Iterator[Tuple[str, torch.Te
             yield name, out
 
 
+def auto_class(config):
+    """The HF auto class of a config: encoder-decoders (T5) are seq2seq LMs, the rest causal LMs."""
+    return AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
+
+
 def empty_model(config, dtype: torch.dtype) -> PreTrainedModel:
     """The model of ``config`` with its parameters on the meta device (no memory) and its buffers
     (causal masks, rotary frequencies) real."""
     with init_empty_weights(include_buffers=False):
-        return AutoModelForCausalLM.from_config(config, dtype=dtype)
+        return auto_class(config).from_config(config, dtype=dtype)
 
 
 def fill_model(model: PreTrainedModel, tensors: Iterable[Tuple[str, torch.Tensor]]) -> PreTrainedModel:

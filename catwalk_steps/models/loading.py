@@ -1,5 +1,6 @@
-"""Turning a model spec (``rc::gpt2``, ``rc::gpt2@<revision>``, ``rc::/path/to/dir``) into a
-tokenizer and a causal LM, loaded once in the dtype it is used in."""
+"""Turning a model spec (``rc::gpt2``, ``rc::gpt2@<revision>``, ``rc::google/flan-t5-small``,
+``rc::/path/to/dir``) into a tokenizer and a causal LM or an encoder-decoder (seq2seq) LM, loaded
+once in the dtype it is used in."""
 
 import json
 import os
@@ -10,9 +11,9 @@ from typing import Any, Dict, Optional
 import torch
 from tango.common.det_hash import CustomDetHash
 from tango.common.exceptions import ConfigurationError
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .lean_loading import empty_model, fill_model, model_from_files, safetensors_files
+from .lean_loading import auto_class, empty_model, fill_model, model_from_files, safetensors_files
 
 SPEC_PREFIX = "rc::"
 
@@ -122,10 +123,11 @@ class ModelSpec:
     def load_model(
         self, dtype: torch.dtype = torch.float32, state_dict: Optional[Dict[str, torch.Tensor]] = None
     ) -> PreTrainedModel:
-        """The pretrained model in ``dtype``, or, given ``state_dict`` (e.g. fine-tuned weights),
-        the model of this spec's config holding exactly those weights: the base weights are never
-        read then. Local safetensors weights are read once, in ``dtype`` (see
-        :mod:`.lean_loading`); hub models load through ``from_pretrained`` in ``dtype``."""
+        """The pretrained model in ``dtype`` (an ``AutoModelForSeq2SeqLM`` for encoder-decoder
+        configs such as T5, else an ``AutoModelForCausalLM``), or, given ``state_dict`` (e.g.
+        fine-tuned weights), the model of this spec's config holding exactly those weights: the
+        base weights are never read then. Local safetensors weights are read once, in ``dtype``
+        (see :mod:`.lean_loading`); hub models load through ``from_pretrained`` in ``dtype``."""
         config = self.load_config()
         if state_dict is not None:
             # Copies, also in the same dtype: tensors read by safetensors can sit at unaligned
@@ -137,9 +139,14 @@ class ModelSpec:
         files = safetensors_files(directory) if directory else None
         if files:
             return model_from_files(config, files, dtype)
-        return AutoModelForCausalLM.from_pretrained(
+        return auto_class(config).from_pretrained(
             self._source(self.pretrained), config=config, dtype=dtype, revision=self.revision
         ).eval()
+
+
+#: T5's training input length. Relative position buckets set no hard limit, so this is where
+#: inputs are cut for T5-style models.
+RELATIVE_POSITION_WINDOW = 512
 
 
 def context_window(config) -> int:
@@ -148,4 +155,6 @@ def context_window(config) -> int:
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
             return value
+    if getattr(config, "relative_attention_num_buckets", None):
+        return RELATIVE_POSITION_WINDOW
     raise ConfigurationError(f"Cannot tell the context window of a {type(config).__name__}")

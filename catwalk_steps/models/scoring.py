@@ -15,6 +15,7 @@ import torch
 from tango.common.exceptions import ConfigurationError
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .seq2seq import seq2seq_batch_logliks
 from .shared_context import cache_keyword, shared_context_logliks
 
 
@@ -94,7 +95,10 @@ def continuation_logliks(
 
     Only the target positions get logits, and the target logit is gathered before normalising
     (``logit - logsumexp``), so no ``[batch, length, vocab]`` log-softmax is ever materialised.
+    Encoder-decoder models read the same batch their own way (:mod:`.seq2seq`).
     """
+    if lm.config.is_encoder_decoder:
+        return seq2seq_batch_logliks(lm, input_ids, attention_mask, targets, target_mask)
     width = targets.shape[1]
     kwargs = {"logits_to_keep": width} if _accepts_logits_to_keep(lm) else {}
     logits = lm(
@@ -148,7 +152,7 @@ def score_queries(
     for i in range(len(queries)):
         if i not in logliks:
             groups.setdefault(queries[i].context, []).append(i)
-    fits = _accepts_logits_to_keep(lm) and cache_keyword(lm) is not None
+    fits = not lm.config.is_encoder_decoder and _accepts_logits_to_keep(lm) and cache_keyword(lm) is not None
 
     def shareable(members: List[int]) -> bool:
         return fits and len(members) > 1 and all(

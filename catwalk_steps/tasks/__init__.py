@@ -1,7 +1,10 @@
-from .arc import ArcChallengeTask, ArcEasyTask, OpenBookQATask
+from .arc import ArcChallengeTask, ArcEasyTask, CommonsenseQATask, OpenBookQATask
 from .hellaswag import HellaSwagTask
+from .lm_eval_bridge import LmEvalTask
+from .mmlu import MmluTask
 from .piqa import PiqaTask
 from .sciq import SciQTask
+from .siqa import SocialIQaTask
 from .superglue import BoolQTask, CopaTask
 from .task import DataError, MCInstance, MultipleChoiceTask, Row
 from .template import TemplateTask
@@ -11,15 +14,19 @@ __all__ = [
     "ArcChallengeTask",
     "ArcEasyTask",
     "BoolQTask",
+    "CommonsenseQATask",
     "CopaTask",
     "DataError",
     "HellaSwagTask",
+    "LmEvalTask",
     "MCInstance",
+    "MmluTask",
     "MultipleChoiceTask",
     "OpenBookQATask",
     "PiqaTask",
     "Row",
     "SciQTask",
+    "SocialIQaTask",
     "TemplateTask",
     "WinograndeTask",
 ]

@@ -54,3 +54,18 @@ class OpenBookQATask(_LetteredChoicesTask):
 
     def question(self, row: Row) -> str:
         return row.get("question_stem")
+
+
+@MultipleChoiceTask.register("commonsense_qa")
+class CommonsenseQATask(_LetteredChoicesTask):
+    """CommonsenseQA (Talmor et al., 2019): 5-choice questions on ConceptNet relations.
+
+    Cloze: ``Question: {question}\nAnswer:`` and each answer text (as OLMES's cloze form);
+    ``mc`` is exactly lm-evaluation-harness's ``commonsense_qa`` (lettered choices, letters
+    scored). The hub test split has no answers."""
+
+    HUB_ID = "tau/commonsense_qa"
+    UNCONDITIONED_CONTEXT = "Answer:"
+
+    def question(self, row: Row) -> str:
+        return f"Question: {row.get('question').strip()}\nAnswer:"

@@ -1,7 +1,7 @@
 """The multiple-choice task abstraction: every task turns its rows into :class:`MCInstance` objects."""
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -10,6 +10,9 @@ from tango.common import Registrable
 from tango.common.det_hash import CustomDetHash
 from tango.common.exceptions import ConfigurationError
 
+from .fewshot import SEPARATOR, add_demonstrations
+from .formulation import lettered, without_answer_cue
+
 
 @dataclass(frozen=True)
 class MCInstance:
@@ -17,7 +20,12 @@ class MCInstance:
     (context, continuation) pair and the highest log-likelihood wins.
 
     Most tasks share one ``context`` between all ``continuations``; tasks such as Winogrande
-    vary the context instead and give ``choice_contexts``, one per continuation.
+    vary the context instead and give ``choice_contexts``, one per continuation. Every
+    continuation starts with ``target_delimiter`` (lm-evaluation-harness's name): the answer
+    text is what follows it, and ``acc_norm`` divides by the answer text's length alone.
+    ``description`` goes before everything else, few-shot demonstrations included (MMLU's
+    "The following are ... about {subject}."); ``group`` names the part of the task the
+    instance belongs to (MMLU's subject), for per-group metrics and same-group demonstrations.
     """
 
     id: str
@@ -25,10 +33,29 @@ class MCInstance:
     continuations: List[str]
     label: int
     choice_contexts: Optional[List[str]] = None
+    target_delimiter: str = " "
+    description: str = ""
+    group: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        for continuation in self.continuations:
+            if not continuation.startswith(self.target_delimiter):
+                raise ValueError(f"Continuation {continuation!r} does not start with {self.target_delimiter!r}")
+
+    def prompts(self) -> List[str]:
+        """The context of each choice, without the description."""
+        return self.choice_contexts or [self.context] * len(self.continuations)
 
     def pairs(self) -> List[Tuple[str, str]]:
-        contexts = self.choice_contexts or [self.context] * len(self.continuations)
-        return list(zip(contexts, self.continuations))
+        return [(self.description + prompt, c) for prompt, c in zip(self.prompts(), self.continuations)]
+
+    def answer_lengths(self) -> List[int]:
+        """Characters of each choice's answer text (without the target delimiter)."""
+        return [len(c) - len(self.target_delimiter) for c in self.continuations]
+
+    def demonstration(self) -> str:
+        """The instance solved: its gold choice's context and continuation, as a few-shot example."""
+        return self.prompts()[self.label] + self.continuations[self.label]
 
 
 class DataError(ValueError):
@@ -80,9 +107,19 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
     :class:`MCInstance`. ``data_files`` (``{split: path}``) replaces the hub copy with local
     jsonl/json/csv/parquet files of the same fields, which is how everything runs offline.
 
+    Every task also takes:
+
+    - ``num_shots``, ``fewshot_split``, ``fewshot_seed``: that many solved instances of
+      ``fewshot_split`` (by default ``FEWSHOT_SPLIT``) go before each instance's context
+      (:mod:`.fewshot`);
+    - ``formulation``: ``"cloze"`` scores each answer text, ``"mc"`` lists the lettered choices
+      in the prompt and scores the letters (:mod:`.formulation`), for tasks that allow both.
+
     The cache key of a task (``det_hash_object``) is its class, its prompt ``VERSION``, its
     settings and *what the data is*: the hub id and revision, or the sha256 of each local
-    file. Moving a file does not retrain a model; editing one does.
+    file. Moving a file does not retrain a model; editing one does. Few-shot settings and a
+    formulation other than the task's default join the key only when set, so a zero-shot task
+    keeps the key it had before they existed.
     """
 
     VERSION = "1"
@@ -96,12 +133,25 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
     #: Scoring each continuation after it too gives ``acc_uncond``: choices ranked by how much
     #: the question raises their log-likelihood (lm-evaluation-harness's ``acc_mutual_info``).
     UNCONDITIONED_CONTEXT: Optional[str] = None
+    #: The split that few-shot demonstrations come from unless ``fewshot_split`` says otherwise.
+    FEWSHOT_SPLIT = "train"
+    #: ``"random"``: a seeded sample per instance; ``"first"``: the first rows, as MMLU's 5-shot.
+    FEWSHOT_SAMPLER = "random"
+    #: A row field that groups rows (MMLU: ``subject``): demonstrations come from the instance's
+    #: own group, and metrics are also reported per group.
+    GROUP_FIELD: Optional[str] = None
+    FORMULATIONS: Sequence[str] = ("cloze", "mc")
+    DEFAULT_FORMULATION = "cloze"
 
     def __init__(
         self,
         data_files: Optional[Dict[str, str]] = None,
         hub_id: Optional[str] = None,
         revision: Optional[str] = None,
+        num_shots: int = 0,
+        fewshot_split: Optional[str] = None,
+        fewshot_seed: int = 1234,
+        formulation: Optional[str] = None,
     ) -> None:
         self.hub_id = hub_id or self.HUB_ID
         self.revision = revision
@@ -109,10 +159,33 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
         for split, path in self.data_files.items():
             if not path.is_file():
                 raise ConfigurationError(f"{type(self).__name__}: data file for split '{split}' not found: {path}")
+        self.formulation = formulation or self.DEFAULT_FORMULATION
+        if self.formulation not in self.FORMULATIONS:
+            raise ConfigurationError(
+                f"{type(self).__name__}: formulation must be one of {', '.join(self.FORMULATIONS)}, "
+                f"got {self.formulation!r}"
+            )
+        if num_shots < 0:
+            raise ConfigurationError(f"num_shots must be at least 0, got {num_shots}")
+        self.num_shots = num_shots
+        self.fewshot_split = fewshot_split or self.FEWSHOT_SPLIT
+        self.fewshot_seed = fewshot_seed
+        if num_shots and self.fewshot_split not in self.splits:
+            raise ConfigurationError(
+                f"{type(self).__name__}: no split '{self.fewshot_split}' to take {num_shots} few-shot "
+                f"demonstrations from (have: {', '.join(self.splits)}); set fewshot_split"
+            )
 
     @property
     def splits(self) -> Sequence[str]:
         return list(self.data_files) if self.data_files else list(self.HUB_SPLITS)
+
+    @property
+    def unconditioned_context(self) -> Optional[str]:
+        """``UNCONDITIONED_CONTEXT`` in the cloze formulation (a letter's prior is no baseline)."""
+        if self.UNCONDITIONED_CONTEXT is None or self.formulation != "cloze":
+            return None
+        return self.UNCONDITIONED_CONTEXT
 
     def settings(self) -> Any:
         """What else, besides the data, decides the instances (for the cache key)."""
@@ -123,16 +196,46 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
             source: Any = {split: sha256_of_file(path) for split, path in sorted(self.data_files.items())}
         else:
             source = (self.hub_id, self.HUB_CONFIG, self.revision)
-        return (type(self).__name__, self.VERSION, self.settings(), source)
+        key: Tuple[Any, ...] = (type(self).__name__, self.VERSION, self.settings(), source)
+        prompting: Dict[str, Any] = {}
+        if self.formulation != self.DEFAULT_FORMULATION:
+            prompting["formulation"] = self.formulation
+        if self.num_shots:
+            prompting["fewshot"] = (
+                self.num_shots, self.fewshot_split, self.fewshot_seed, self.FEWSHOT_SAMPLER, SEPARATOR
+            )
+        return key + (prompting,) if prompting else key
 
     def instances(self, split: str, limit: Optional[int] = None) -> List[MCInstance]:
         """The instances of ``split`` in file order, the first ``limit`` of them if given."""
-        rows, source = self._load_rows(split)
+        rows, source = self.load_rows(split)
+        numbers = self.row_numbers(rows, source)
         if limit is not None:
-            rows = rows.select(range(min(limit, len(rows))))
-        return [self._checked_instance(Row(row, source, n + 1), f"{split}/{n}") for n, row in enumerate(rows)]
+            numbers = numbers[:limit]
+        instances = [self.instance(rows, source, split, n) for n in numbers]
+        if self.num_shots:
+            instances = add_demonstrations(self, split, numbers, instances)
+        return instances
 
-    def _load_rows(self, split: str):
+    def row_numbers(self, rows: datasets.Dataset, source: str) -> List[int]:
+        """Which rows of a split make instances: all of them, unless a task selects some."""
+        return list(range(len(rows)))
+
+    def instance(self, rows: datasets.Dataset, source: str, split: str, number: int) -> MCInstance:
+        """Row ``number`` (0-based) of ``split`` as a zero-shot instance in this task's formulation."""
+        row = Row(rows[number], source, number + 1)
+        instance = self.row_to_instance(row, f"{split}/{number}")
+        if not 0 <= instance.label < len(instance.continuations):
+            raise row.error(
+                self.LABEL_FIELD, f"must be in [0, {len(instance.continuations) - 1}], got {instance.label}"
+            )
+        if self.formulation == "mc":
+            instance = lettered(instance, self.mc_question(row, instance))
+        group = row.get(self.GROUP_FIELD) if self.GROUP_FIELD else None
+        return replace(instance, description=self.description(row), group=group)
+
+    def load_rows(self, split: str) -> Tuple[datasets.Dataset, str]:
+        """The rows of ``split`` and a name for where they come from (for error messages)."""
         if self.data_files:
             if split not in self.data_files:
                 raise ConfigurationError(
@@ -153,14 +256,15 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
         rows = datasets.load_dataset(self.hub_id, self.HUB_CONFIG, split=hub_split, revision=self.revision)
         return rows, f"hub dataset {self.hub_id} ({hub_split} split)"
 
-    def _checked_instance(self, row: Row, instance_id: str) -> MCInstance:
-        instance = self.row_to_instance(row, instance_id)
-        if not 0 <= instance.label < len(instance.continuations):
-            raise row.error(
-                self.LABEL_FIELD, f"must be in [0, {len(instance.continuations) - 1}], got {instance.label}"
-            )
-        return instance
-
     def row_to_instance(self, row: Row, instance_id: str) -> MCInstance:
-        """Build the instance from a row; ``row.get(name, kind)`` returns a checked field."""
+        """Build the cloze instance from a row; ``row.get(name, kind)`` returns a checked field."""
         raise NotImplementedError
+
+    def mc_question(self, row: Row, cloze: MCInstance) -> str:
+        """The question above the lettered choices in the ``mc`` formulation: by default the
+        cloze context without its closing ``Answer:``."""
+        return without_answer_cue(cloze.context)
+
+    def description(self, row: Row) -> str:
+        """Text before the whole prompt, demonstrations included; none by default."""
+        return ""

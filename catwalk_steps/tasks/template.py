@@ -14,7 +14,8 @@ class TemplateTask(MultipleChoiceTask):
     ``"Question: {question}\\nAnswer:"``. The choices are the fields named in ``choice_fields``,
     or the list in field ``choices_field``; each continuation is ``continuation_prefix`` + the
     choice. The gold index is field ``label_field``: an int, or, with ``label_values``, the
-    position of its value in that list (e.g. ``["A", "B", "C", "D"]``)::
+    position of its value in that list (e.g. ``["A", "B", "C", "D"]``). The few-shot and
+    formulation settings of every task apply here too::
 
         task: {
           type: "template",
@@ -35,6 +36,7 @@ class TemplateTask(MultipleChoiceTask):
         label_field: str = "label",
         label_values: Optional[List[Any]] = None,
         continuation_prefix: str = " ",
+        **kwargs: Any,
     ) -> None:
         if not data_files:
             raise ConfigurationError("A template task needs data_files")
@@ -44,7 +46,7 @@ class TemplateTask(MultipleChoiceTask):
             self.context_fields = [name for _, name, _, _ in string.Formatter().parse(context) if name]
         except ValueError as e:
             raise ConfigurationError(f"Bad context template {context!r}: {e}")
-        super().__init__(data_files=data_files)
+        super().__init__(data_files=data_files, **kwargs)
         self.context = context
         self.choice_fields = choice_fields
         self.choices_field = choices_field
@@ -71,4 +73,5 @@ class TemplateTask(MultipleChoiceTask):
             context=self.context.format(**fields),
             continuations=[self.continuation_prefix + str(choice) for choice in choices],
             label=label,
+            target_delimiter=self.continuation_prefix,
         )

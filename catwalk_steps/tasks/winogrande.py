@@ -10,6 +10,7 @@ class WinograndeTask(MultipleChoiceTask):
     HUB_ID = "allenai/winogrande"
     HUB_CONFIG = "winogrande_xl"
     LABEL_FIELD = "answer"
+    FORMULATIONS = ("cloze",)  # the options change the context: there is no one question to letter
 
     def row_to_instance(self, row: Row, instance_id: str) -> MCInstance:
         sentence = row.get("sentence")

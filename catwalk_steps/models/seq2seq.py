@@ -1,0 +1,72 @@
+"""Rank classification with encoder-decoder models (T5, Flan-T5): the context goes to the
+encoder, and the decoder scores each continuation.
+
+Queries are tokenised as for decoder-only models (``scoring.encode_pair``: no special tokens,
+the continuation's tokens the tail of ``context + continuation``), and training collates them
+in the decoder-only layout (``scoring.collate_queries``). So that training and prediction share
+one path and one truncation rule, the context and continuation of each row are read back from
+that layout here. T5's tokenizer ends both its inputs and its targets with ``</s>``, so the EOS
+is appended to both here, and a continuation's log-likelihood includes it (ending the answer
+there, the convention of T0's and catwalk's rank classification).
+"""
+
+from typing import Dict, List, Sequence, Tuple
+
+import torch
+from transformers import PreTrainedModel
+
+
+def _right_padded(rows: Sequence[Sequence[int]], device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(row) for row in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.long)  # padding is masked: any id will do
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, : len(row)] = 1
+    return ids.to(device), mask.to(device)
+
+
+def seq2seq_logliks(
+    lm: PreTrainedModel, contexts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]
+) -> torch.Tensor:
+    """Summed log-likelihood of ``continuations[i]`` + EOS given ``contexts[i]`` + EOS, shape
+    ``[len(contexts)]``. Each distinct context goes through the encoder once."""
+    device = next(lm.parameters()).device
+    eos = [lm.config.eos_token_id] if lm.config.eos_token_id is not None else []
+    distinct: Dict[Tuple[int, ...], int] = {}
+    for context in contexts:
+        distinct.setdefault(tuple(context), len(distinct))
+    input_ids, attention_mask = _right_padded([list(c) + eos for c in distinct], device)
+    encoded = lm.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    which = torch.tensor([distinct[tuple(c)] for c in contexts], device=device)
+
+    targets, target_mask = _right_padded([list(c) + eos for c in continuations], device)
+    start = torch.full((len(continuations), 1), lm.config.decoder_start_token_id, dtype=torch.long, device=device)
+    logits = lm(
+        encoder_outputs=(encoded[which],),
+        attention_mask=attention_mask[which],
+        decoder_input_ids=torch.cat([start, targets[:, :-1]], dim=1),
+        decoder_attention_mask=torch.cat([torch.ones_like(start), target_mask[:, :-1]], dim=1),
+        use_cache=False,
+    ).logits.float()
+    token_logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+    return token_logprobs.masked_fill(target_mask == 0, 0.0).sum(-1)
+
+
+def seq2seq_batch_logliks(
+    lm: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    targets: torch.Tensor,
+    target_mask: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`seq2seq_logliks` of a batch in the decoder-only layout: each row's inputs are its
+    (left-truncated) context followed by all but the last continuation token."""
+    contexts: List[List[int]] = []
+    continuations: List[List[int]] = []
+    for row in range(input_ids.shape[0]):
+        inputs = input_ids[row][attention_mask[row].bool()].tolist()
+        continuation = targets[row][target_mask[row]].tolist()
+        contexts.append(inputs[: len(inputs) - (len(continuation) - 1)])
+        continuations.append(continuation)
+    return seq2seq_logliks(lm, contexts, continuations)

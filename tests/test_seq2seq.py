@@ -1,0 +1,77 @@
+"""Encoder-decoder rank classification with a tiny T5 built here: scoring, fine-tuning, caching."""
+
+import pytest
+import torch
+from tango.workspaces import LocalWorkspace
+from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
+
+from catwalk_steps import FinetunedModel, FinetuneStep, PiqaTask, PredictStep
+from catwalk_steps.models.loading import ModelSpec
+from catwalk_steps.models.scoring import encode_pair, score_queries
+
+from .conftest import TINY
+
+PAIRS = [
+    ("Question: How do I cut the bread?\nAnswer:", " Use a sharp knife."),
+    ("Question: How do I cut the bread?\nAnswer:", " Use the fridge."),
+    ("Question: To light the candle, what should I do?\nAnswer:", " Get a match first."),
+    ("Best way to sweep the floor?", " Use a broom."),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_t5(tmp_path_factory) -> str:
+    """A randomly initialised 1-layer T5 with the demo's tokenizer, saved like a hub model."""
+    directory = tmp_path_factory.mktemp("tiny-t5")
+    tokenizer = AutoTokenizer.from_pretrained(TINY / "model")
+    torch.manual_seed(0)
+    config = T5Config(
+        vocab_size=len(tokenizer), d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2, dropout_rate=0.0,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.eos_token_id,
+    )
+    T5ForConditionalGeneration(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return f"rc::{directory}"
+
+
+def test_the_decoder_scores_each_continuation_after_the_encoded_context(tiny_t5):
+    spec = ModelSpec.parse(tiny_t5)
+    tokenizer, lm = spec.load_tokenizer(), spec.load_model().eval()
+    assert isinstance(lm, T5ForConditionalGeneration)
+    queries = [encode_pair(tokenizer, c, x) for c, x in PAIRS]
+    ours = score_queries(lm, queries, pad_token_id=tokenizer.pad_token_id, max_length=512, max_batch_size=3,
+                         max_batch_tokens=10**6)
+    eos = tokenizer.eos_token_id
+    expected = []
+    with torch.no_grad():  # one unpadded pass per pair: HF's own loss over continuation + EOS
+        for query in queries:
+            labels = torch.tensor([list(query.continuation) + [eos]])
+            loss = lm(input_ids=torch.tensor([list(query.context) + [eos]]), labels=labels).loss
+            expected.append(-loss.item() * labels.shape[1])
+    assert ours == pytest.approx(expected, abs=1e-4)
+    # Contexts longer than the window are cut from the left, as for decoder-only models.
+    long = encode_pair(tokenizer, " ".join(["the box"] * 40), " Use a broom.")
+    kept = long.context[-(32 + 1 - len(long.continuation)):]
+    kwargs = dict(pad_token_id=tokenizer.pad_token_id, max_length=32, max_batch_size=4, max_batch_tokens=4096)
+    assert score_queries(lm, [long], **kwargs) == pytest.approx(
+        score_queries(lm, [type(long)(kept, long.continuation)], **kwargs), abs=1e-5)
+
+
+def test_fine_tuning_caching_and_prediction_work_as_for_decoder_only_models(tiny_t5, tmp_path):
+    task = PiqaTask(data_files={"train": str(TINY / "train.jsonl"), "validation": str(TINY / "validation.jsonl")})
+    workspace = LocalWorkspace(tmp_path)
+    step = FinetuneStep(model=tiny_t5, tasks=[task], batch_size=16, train_epochs=2, learning_rate=3e-3,
+                        train_limit=128, validation_limit=32, step_name="finetune")
+    trained = step.result(workspace)
+    assert isinstance(trained, FinetunedModel) and 0.0 <= trained.training_metrics["val_acc"] <= 1.0
+    stock = ModelSpec.parse(tiny_t5).load_model().state_dict()
+    assert any(not torch.equal(stock[k], t) for k, t in trained.state_dict.items())
+    cached = LocalWorkspace(workspace.dir).step_cache[step]
+    assert isinstance(cached.load_model(), T5ForConditionalGeneration)
+    predict = PredictStep(model=step, task=task, limit=16, step_name="predict")
+    from_training = predict.run(model=trained, task=task, limit=16)
+    from_cache = predict.run(model=cached, task=task, limit=16)
+    assert from_training == from_cache and len(from_cache) == 16
+    zero_shot = PredictStep(model=tiny_t5, task=task, limit=16, step_name="zero").result(workspace)
+    assert [p["logliks"] for p in zero_shot] != [p["logliks"] for p in from_cache]

@@ -120,7 +120,7 @@ def test_prediction_killed_resumes_in_a_new_run(tmp_path):
     run = start_run(config, workspace)
 
     def scored() -> int:
-        journals = list(workspace.glob("cache/*/work/scores.jsonl"))
+        journals = list(workspace.glob("cache/*/work/scores-0.jsonl"))
         return len(journals[0].read_text().splitlines()) - 1 if journals else 0
 
     wait_for(lambda: scored() >= 40)

@@ -32,6 +32,15 @@ def choice_scores(predictions: List[Dict[str, Any]], metric: str) -> torch.Tenso
     return scores
 
 
+def rankings(predictions: List[Dict[str, Any]]) -> List[str]:
+    """The metrics that ``predictions`` can rank choices by: ``acc_uncond`` only where every
+    prediction has its unconditioned log-likelihoods."""
+    names = ["acc", "acc_norm", "acc_per_token"]
+    if all("unconditioned_logliks" in p for p in predictions):
+        names.append("acc_uncond")
+    return names
+
+
 @Step.register("catwalk::calculate_metrics")
 class CalculateMetricsStep(Step):
     """Accuracy of predictions from ``catwalk::predict``, ranking choices by summed
@@ -48,9 +57,7 @@ class CalculateMetricsStep(Step):
     def run(self, predictions: List[Dict[str, Any]]) -> Dict[str, float]:  # type: ignore[override]
         if not predictions:
             raise ValueError("No predictions to compute metrics on")
-        names = ["acc", "acc_norm", "acc_per_token"]
-        if all("unconditioned_logliks" in p for p in predictions):
-            names.append("acc_uncond")
+        names = rankings(predictions)
         labels = torch.tensor([p["label"] for p in predictions])
         metrics: Dict[str, float] = {}
         for name in names:

@@ -26,14 +26,18 @@ class MetricsTable:
             rows.append({**dict(zip(key_columns, parts)), **result})
         return cls(key_columns + metric_columns, rows)
 
+    def text_columns(self) -> List[str]:
+        """The columns that name a row (task, model, ...), as opposed to its numbers."""
+        return [column for column in self.columns if any(isinstance(row.get(column), str) for row in self.rows)]
+
     def cells(self) -> List[List[str]]:
         return [[_cell(row.get(column)) for column in self.columns] for row in self.rows]
 
     def to_rich(self, title: str = "Metrics") -> Table:
         table = Table(title=title)
+        text = self.text_columns()
         for column in self.columns:
-            text = any(isinstance(row.get(column), str) for row in self.rows)
-            table.add_column(column, justify="left" if text else "right")
+            table.add_column(column, justify="left" if column in text else "right")
         for cells in self.cells():
             table.add_row(*cells)
         return table

@@ -61,7 +61,7 @@ class ExportPredictionsStep(Step):
         """Settings are checked when the step graph is built, before any step of a run starts."""
         check_output_dir(kwargs.get("output_dir", ""))
         names: Dict[str, str] = {}
-        for run in kwargs.get("predictions", {}):
+        for run in kwargs.get("predictions") or {}:
             clash = names.setdefault(file_name(run), run)
             if clash != run:
                 raise ConfigurationError(f"Runs {clash!r} and {run!r} would both be written to {file_name(run)}.jsonl")

@@ -154,7 +154,9 @@ def test_four_concurrent_processes_compute_every_step_once(sequential_sweep, tmp
         subprocess.Popen(
             ["examples/sweep_task.sh", SWEEP, str(workspace), str(steps_file)], cwd=REPO, text=True,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env={**env, "SLURM_ARRAY_TASK_ID": str(task), "SLURM_ARRAY_TASK_COUNT": "4"},
+            # One thread each: 4 processes stand in for 4 machines on 2 cores, and torch's threads
+            # spin when oversubscribed (default threads: 5x slower than one sequential run).
+            env={**env, "SLURM_ARRAY_TASK_ID": str(task), "SLURM_ARRAY_TASK_COUNT": "4", "OMP_NUM_THREADS": "1"},
         )
         for task in range(4)
     ]

@@ -20,7 +20,7 @@ from catwalk_steps import PredictStep
 from .conftest import TINY_MODEL
 
 #: Largest difference allowed between summed log-likelihoods scored in different batches (CPU,
-#: float32). Measured on the tiny model: at most 4e-6. The README states it.
+#: float32). Measured on the demo's models: at most 8e-6. The README states it.
 LOGLIK_TOLERANCE = 1e-4
 LIMIT = 64  # instances: 256 queries, with and without the question
 

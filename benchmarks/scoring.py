@@ -221,7 +221,7 @@ def plain_loop(spec, examples, batch_size: int, epochs: int, lr: float) -> float
 
 
 class LoopTimer:
-    """A train callback that times Tango's training loop alone (from its first to its last batch)."""
+    """A train callback that times FinetuneStep's training loop alone (first to last batch, in-process)."""
 
     seconds = 0.0
 
@@ -265,7 +265,7 @@ def training_table(directory: Path, epochs: int, limit: int) -> None:
     print("| loop | examples/s | ratio to plain loop |")
     print("|---|---|---|")
     print(f"| plain torch loop | {loop:.1f} | 1.00 |")
-    print(f"| FinetuneStep, Tango's training loop (incl. its checkpoints) | {in_loop:.1f} | {in_loop / loop:.2f} |")
+    print(f"| FinetuneStep, its training loop (incl. its checkpoints) | {in_loop:.1f} | {in_loop / loop:.2f} |")
     print(f"| FinetuneStep, whole step (+ loading, tokenising, caching) | {whole:.1f} | {whole / loop:.2f} |")
 
 

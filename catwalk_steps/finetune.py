@@ -12,13 +12,18 @@ from tango.common.lazy import Lazy
 from tango.integrations.torch import TrainCallback
 from tango.step import StepResources
 
-from .models.loading import ModelSpec, context_window
+from .models.adapters import Adapter, peft_config
+from .models.loading import ModelName, ModelSpec, context_window
 from .models.scoring import encode_pair
 from .tasks import MCInstance, MultipleChoiceTask
 from .training.batches import BatchPlan
 from .training.loop import TrainingJob, train_worker
+from .training.strategies import STRATEGIES
 from .workers import launch, worker_device_type
 from .weights import FinetunedModel, FinetunedModelFormat
+
+
+PRECISIONS = ("32", "bf16-mixed")
 
 
 def check_batching(batch_size: int, micro_batch_size: Optional[int], device_count: int) -> int:
@@ -70,7 +75,7 @@ class FinetuneStep(Step):
 
     VERSION = "cw2"
     FORMAT = FinetunedModelFormat()
-    SKIP_ID_ARGUMENTS = {"device_count", "device", "distributed_port", "log_every", "callbacks"}
+    SKIP_ID_ARGUMENTS = {"device_count", "device", "strategy", "distributed_port", "log_every", "callbacks"}
     METADATA = {"artifact_kind": "model"}
 
     @classmethod
@@ -91,7 +96,17 @@ class FinetuneStep(Step):
         device_count = kwargs.get("device_count", 1)
         worker_device_type(kwargs.get("device", "auto"), device_count)
         check_batching(kwargs.get("batch_size", 32), kwargs.get("micro_batch_size"), device_count)
+        if kwargs.get("strategy", "ddp") not in STRATEGIES:
+            raise ConfigurationError(f"strategy must be one of {STRATEGIES}, got {kwargs['strategy']!r}")
+        if kwargs.get("precision", "32") not in PRECISIONS:
+            raise ConfigurationError(f"precision must be one of {PRECISIONS}, got {kwargs['precision']!r}")
+        if kwargs.get("adapter") is not None:
+            peft_config(kwargs["adapter"])
         ModelSpec.parse(kwargs.get("model", ""))
+        # The key holds a local model's (and tokenizer's) file contents, not only its path.
+        for name in ("model", "tokenizer"):
+            if isinstance(kwargs.get(name), str):
+                kwargs[name] = ModelName(kwargs[name])
         return kwargs
 
     @property
@@ -108,6 +123,9 @@ class FinetuneStep(Step):
         *,
         tokenizer: Optional[str] = None,
         config_overrides: Optional[Dict[str, Any]] = None,
+        adapter: Optional[Adapter] = None,
+        precision: str = "32",
+        gradient_checkpointing: bool = False,
         batch_size: int = 32,
         micro_batch_size: Optional[int] = None,
         train_epochs: int = 1,
@@ -122,6 +140,7 @@ class FinetuneStep(Step):
         validation_limit: Optional[int] = None,
         validate_every: Optional[int] = None,
         device_count: int = 1,
+        strategy: str = "ddp",
         device: str = "auto",
         distributed_port: Optional[int] = None,
         log_every: int = 10,
@@ -132,6 +151,13 @@ class FinetuneStep(Step):
         :param tasks: the tasks whose ``train_split`` (and ``validation_split``) to use.
         :param tokenizer: hub name or directory of the tokenizer, if not the model's.
         :param config_overrides: HF config values to change, e.g. dropouts set to 0.
+        :param adapter: train a LoRA or IA3 adapter instead of every weight, e.g. ``{"type": "lora",
+            "r": 8, "alpha": 16}`` (see :mod:`catwalk_steps.models.adapters`). The result is then
+            the adapter alone, applied to the base model when loaded.
+        :param precision: ``"32"``, or ``"bf16-mixed"``: forward and backward passes under bfloat16
+            autocast, float32 master weights and optimizer state. Validation runs in float32.
+        :param gradient_checkpointing: recompute activations in the backward pass (less memory,
+            about a third more compute).
         :param batch_size: instances per optimizer step, over all devices and micro-batches. Each
             epoch trains on ``len(train) // batch_size`` whole batches of a fresh permutation.
         :param micro_batch_size: instances per forward pass on one device (default: ``batch_size``).
@@ -139,6 +165,9 @@ class FinetuneStep(Step):
         :param validate_every: steps between validations, each followed by a checkpoint; by
             default, every epoch. The returned weights are those of the best validation accuracy
             (of equal ones, the lowest loss), or of the last step without a ``validation_split``.
+        :param strategy: ``"ddp"`` (a full replica per worker) or ``"fsdp"`` (parameters, gradients
+            and optimizer state sharded over the workers, with torch's ``fully_shard``). The same
+            model either way, within float summation order, so not part of the cache key.
         :param device: ``"auto"`` (CUDA if present), ``"cuda"`` or ``"cpu"``.
         :param distributed_port: a TCP port for the DDP workers to meet on; by default they meet
             through a file, so parallel steps cannot collide.
@@ -176,15 +205,19 @@ class FinetuneStep(Step):
             work_dir=self.work_dir,
             device_type=device_type,
             log_every=log_every,
+            adapter=adapter,
+            strategy=strategy,
+            precision=precision,
+            gradient_checkpointing=gradient_checkpointing,
             callbacks=callbacks,
             workspace=self.workspace,
             step_id=self.unique_id,
             step_name=self.name,
         )
         self.logger.info(
-            "Training for %d steps of %d instances (%d micro-batches of %d) on %d %s worker%s",
+            "Training for %d steps of %d instances (%d micro-batches of %d) on %d %s worker%s (%s)",
             train_steps, batch_size, plan.micro_batches_per_step, micro_batch_size, device_count, device_type,
-            "s" if device_count > 1 else "",
+            "s" if device_count > 1 else "", strategy,
         )
         launch(train_worker, device_count, device_type, job, port=distributed_port)
         return self._result(job)
@@ -194,4 +227,8 @@ class FinetuneStep(Step):
         progress = job.checkpoints.progress()
         best = progress.best
         step = best["step"] if best else progress.step
-        return FinetunedModel(job.spec, job.checkpoints.weights_of(step), best or {"step": step})
+        weights_file, weights_meta = job.checkpoints.weights_of(step)
+        return FinetunedModel(
+            job.spec, training_metrics=best or {"step": step}, adapter=job.adapter,
+            weights_file=weights_file, weights_meta=weights_meta,
+        )

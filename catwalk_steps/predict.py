@@ -1,6 +1,5 @@
 """``catwalk::predict``: score every answer choice of a task split by log-likelihood."""
 
-import hashlib
 from contextlib import nullcontext
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -13,7 +12,7 @@ from tango.step import StepResources
 
 from .atomic import AtomicJsonFormat
 from .journal import fingerprint
-from .models.loading import ModelSpec
+from .models.loading import ModelName, ModelSpec
 from .models.scoring import encode_pair
 from .scoring_workers import ScoringJob, score_on_workers, strided_shards
 from .tasks import MultipleChoiceTask
@@ -22,16 +21,6 @@ from .workers import worker_device_type
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def weights_fingerprint(state_dict: Optional[Dict[str, torch.Tensor]]) -> Optional[str]:
-    if state_dict is None:
-        return None
-    digest = hashlib.sha256()
-    for name, tensor in state_dict.items():
-        digest.update(name.encode())
-        digest.update(tensor.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def resolve_device(device: str) -> torch.device:
@@ -96,6 +85,10 @@ class PredictStep(Step):
             raise ConfigurationError(f"dtype must be one of {', '.join(DTYPES)}, got {kwargs['dtype']!r}")
         if isinstance(kwargs.get("model"), str):
             ModelSpec.parse(kwargs["model"])
+        # The key holds a local model's (and tokenizer's) file contents, not only its path.
+        for name in ("model", "tokenizer"):
+            if isinstance(kwargs.get(name), str):
+                kwargs[name] = ModelName(kwargs[name])
         return kwargs
 
     @property
@@ -130,10 +123,8 @@ class PredictStep(Step):
         :param max_batch_tokens: most padded tokens in one forward pass.
         """
         devices = worker_devices(device, device_count)
-        if isinstance(model, FinetunedModel):
-            spec, state_dict = model.spec, model.state_dict
-        else:
-            spec, state_dict = ModelSpec.parse(model, tokenizer=tokenizer), None
+        finetuned = model if isinstance(model, FinetunedModel) else None
+        spec = finetuned.spec if finetuned else ModelSpec.parse(model, tokenizer=tokenizer)
         tok = spec.load_tokenizer()
         instances = task.instances(split, limit)
         queries = [encode_pair(tok, context, c) for i in instances for context, c in i.pairs()]
@@ -149,13 +140,13 @@ class PredictStep(Step):
         # Scores reach the work dir batch by batch, so a killed run resumes where it stopped;
         # journals are discarded if the queries or the weights are not those they were written for.
         # Called directly (not through a workspace), run() journals into a temporary directory.
-        work = fingerprint([[list(q.context + q.continuation) for q in queries], weights_fingerprint(state_dict)])
+        work = fingerprint([[list(q.context + q.continuation) for q in queries], finetuned and finetuned.fingerprint])
         work_dir = self.work_dir_for_run
         with nullcontext(work_dir) if work_dir else TemporaryDirectory(prefix="catwalk-predict-") as journals:
             logliks = score_on_workers(
                 ScoringJob(
                     spec=spec,
-                    state_dict=state_dict,
+                    finetuned=finetuned,
                     queries=queries,
                     shards=strided_shards(instance_of, len(devices)),
                     devices=devices,

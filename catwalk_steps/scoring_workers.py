@@ -19,6 +19,7 @@ from tango.common import Tqdm
 from .journal import Journal
 from .models.loading import ModelSpec, context_window
 from .models.scoring import Query, score_queries
+from .weights import FinetunedModel
 from .workers import launch
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class ScoringJob:
     """Everything a worker needs to score its shard; sent once to each worker."""
 
     spec: ModelSpec
-    state_dict: Optional[Dict[str, torch.Tensor]]
+    finetuned: Optional[FinetunedModel]
     queries: List[Query]
     shards: List[List[int]]
     devices: List[torch.device]
@@ -79,7 +80,9 @@ def score_shard(rank: int, world_size: int, job: ScoringJob, recorded: Dict[int,
     """Scores what ``recorded`` lacks of worker ``rank``'s shard, appending each batch to its journal."""
     shard, journal = job.shards[rank], job.journal(rank)
     known = {i: recorded[q] for i, q in enumerate(shard) if q in recorded}
-    lm = job.spec.load_model(job.state_dict).to(device=job.devices[rank], dtype=job.dtype).eval()
+    # Loaded once, in the scoring dtype, then moved to the device.
+    lm = job.finetuned.load_model(job.dtype) if job.finetuned else job.spec.load_model(job.dtype)
+    lm = lm.to(job.devices[rank]).eval()
     desc = "Log-likelihood queries" + (f" (worker 1 of {world_size})" if world_size > 1 else "")
     with Tqdm.tqdm(total=len(shard), initial=len(known), desc=desc, disable=rank != 0) as progress:
         score_queries(

@@ -4,17 +4,21 @@ Reading it executes no pickled code, and a truncated or altered weights file is 
 loaded: its sha256 is recorded when written and checked when read.
 """
 
+import hashlib
 import json
-from dataclasses import dataclass, field
+import shutil
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import torch
 from safetensors.torch import load_file, save_file
 from tango.common.aliases import PathOrStr
 from tango.format import Format
+from transformers import PreTrainedModel
 
 from .atomic import replace_atomically
+from .models.adapters import Adapter, with_adapter_merged
+from .models.lean_loading import model_from_files
 from .models.loading import ModelSpec
 from .tasks.task import sha256_of_file
 
@@ -26,17 +30,57 @@ class CorruptCacheError(RuntimeError):
     """A cached result whose files do not match what was recorded when it was written."""
 
 
-@dataclass
 class FinetunedModel:
-    """Fine-tuned weights (a CPU state dict of the HF model) and the spec they fit."""
+    """What fine-tuning produced: the weights of the whole model, or of an adapter (``adapter``
+    holds its settings, see :mod:`.models.adapters`) for the base model of ``spec``.
 
-    spec: ModelSpec
-    state_dict: Dict[str, torch.Tensor]
-    #: What training reported, e.g. the best validation accuracy and the step it came from.
-    training_metrics: Dict[str, Any] = field(default_factory=dict)
+    The weights may stay in their safetensors file (``weights_file``, with the ``weights_meta``
+    that :func:`save_state_dict` returned) until something needs them: :meth:`load_model` then
+    reads them once, in the dtype asked for, and ``state_dict`` reads them as stored.
+    """
 
-    def load_model(self):
-        return self.spec.load_model(self.state_dict)
+    def __init__(
+        self,
+        spec: ModelSpec,
+        state_dict: Optional[Dict[str, torch.Tensor]] = None,
+        training_metrics: Optional[Dict[str, Any]] = None,
+        *,
+        adapter: Optional[Adapter] = None,
+        weights_file: Optional[Path] = None,
+        weights_meta: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        if (state_dict is None) == (weights_file is None):
+            raise ValueError("Give either a state dict or a weights file")
+        self.spec, self.adapter = spec, adapter
+        #: What training reported, e.g. the best validation accuracy and the step it came from.
+        self.training_metrics = training_metrics or {}
+        self._state_dict, self.weights_file, self.weights_meta = state_dict, weights_file, weights_meta
+
+    @property
+    def state_dict(self) -> Dict[str, torch.Tensor]:
+        if self._state_dict is None:
+            self._state_dict = load_state_dict(self.weights_file, self.weights_meta)
+        return self._state_dict
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of the weights, without reading them when their file's digest is known."""
+        if self.weights_meta is not None:
+            return self.weights_meta["sha256"]
+        digest = hashlib.sha256()
+        for name, tensor in self.state_dict.items():
+            digest.update(name.encode())
+            digest.update(tensor.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()
+
+    def load_model(self, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+        """The fine-tuned model, its weights in ``dtype`` (an adapter merged into them)."""
+        if self.adapter is not None:
+            return with_adapter_merged(self.spec.load_model(dtype), self.adapter, self.state_dict, dtype)
+        if self._state_dict is None:
+            files, aliases = [self.weights_file], self.weights_meta["aliases"]
+            return model_from_files(self.spec.load_config(), files, dtype, aliases)
+        return self.spec.load_model(dtype, self._state_dict)
 
 
 def _storage_key(tensor: torch.Tensor):
@@ -59,16 +103,24 @@ def _split_aliases(state_dict: Dict[str, torch.Tensor]):
     return unique, aliases
 
 
-def cpu_state_dict(module: torch.nn.Module) -> Dict[str, torch.Tensor]:
-    """A CPU copy of ``module``'s state dict in which tied weights stay one tensor."""
-    copies: Dict[Any, torch.Tensor] = {}
-    state_dict = {}
-    for name, tensor in module.state_dict().items():
+def _storage_key(tensor: torch.Tensor):
+    return tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride()
+
+
+def _split_aliases(state_dict: Dict[str, torch.Tensor]):
+    """Tied weights (GPT-2's ``lm_head.weight`` is ``transformer.wte.weight``) share storage;
+    safetensors stores each storage once, so the others are recorded as aliases."""
+    unique: Dict[str, torch.Tensor] = {}
+    aliases: Dict[str, str] = {}
+    owners: Dict[Any, str] = {}
+    for name, tensor in state_dict.items():
         key = _storage_key(tensor)
-        if key not in copies:
-            copies[key] = tensor.detach().cpu()
-        state_dict[name] = copies[key]
-    return state_dict
+        if key in owners:
+            aliases[name] = owners[key]
+        else:
+            owners[key] = name
+            unique[name] = tensor.contiguous()
+    return unique, aliases
 
 
 def save_state_dict(state_dict: Dict[str, torch.Tensor], path: Path) -> Dict[str, Any]:
@@ -82,26 +134,40 @@ def save_state_dict(state_dict: Dict[str, torch.Tensor], path: Path) -> Dict[str
     return {"aliases": aliases, "keys": list(state_dict), "sha256": sha256_of_file(path)}
 
 
+def check_sha256(path: Path, expected: str) -> None:
+    if sha256_of_file(path) != expected:
+        raise CorruptCacheError(
+            f"{path} does not match the checksum recorded when it was written; delete this cache entry and run again"
+        )
+
+
 def load_state_dict(path: Path, meta: Dict[str, Any]) -> Dict[str, torch.Tensor]:
     """Reads a file written by :func:`save_state_dict`, refusing one that was altered since."""
-    if sha256_of_file(path) != meta["sha256"]:
-        raise CorruptCacheError(
-            f"{path} does not match the checksum recorded when it was written; "
-            "delete this cache entry and run again"
-        )
+    check_sha256(path, meta["sha256"])
     unique = load_file(str(path))
     return {name: unique[name] if name in unique else unique[meta["aliases"][name]] for name in meta["keys"]}
 
 
 @Format.register("catwalk::finetuned_model")
 class FinetunedModelFormat(Format[FinetunedModel]):
-    VERSION = "1"
+    """``model.safetensors`` (the full model's or the adapter's weights) and ``model.json`` (the
+    spec, the adapter settings, the training metrics, and the weights' keys, aliases and sha256).
+    Reading checks the sha256 but loads no tensor: see :class:`FinetunedModel`."""
+
+    VERSION = "2"
 
     def write(self, artifact: FinetunedModel, dir: PathOrStr) -> None:
         dir = Path(dir)
+        if artifact._state_dict is None:  # copy the file, never the tensors, into memory
+            replace_atomically(dir / WEIGHTS_FILE, lambda p: shutil.copyfile(artifact.weights_file, p))
+            weights_meta = dict(artifact.weights_meta)
+            check_sha256(dir / WEIGHTS_FILE, weights_meta["sha256"])
+        else:
+            weights_meta = save_state_dict(artifact.state_dict, dir / WEIGHTS_FILE)
         meta = {
             "spec": artifact.spec.to_json(),
-            **save_state_dict(artifact.state_dict, dir / WEIGHTS_FILE),
+            "adapter": artifact.adapter,
+            **weights_meta,
             "training_metrics": artifact.training_metrics,
         }
         replace_atomically(dir / META_FILE, lambda p: p.write_text(json.dumps(meta, indent=2)))
@@ -109,5 +175,9 @@ class FinetunedModelFormat(Format[FinetunedModel]):
     def read(self, dir: PathOrStr) -> FinetunedModel:
         dir = Path(dir)
         meta = json.loads((dir / META_FILE).read_text())
-        state_dict = load_state_dict(dir / WEIGHTS_FILE, meta)
-        return FinetunedModel(ModelSpec(**meta["spec"]), state_dict, meta["training_metrics"])
+        check_sha256(dir / WEIGHTS_FILE, meta["sha256"])
+        weights_meta = {k: meta[k] for k in ("aliases", "keys", "sha256")}
+        return FinetunedModel(
+            ModelSpec(**meta["spec"]), training_metrics=meta["training_metrics"], adapter=meta.get("adapter"),
+            weights_file=dir / WEIGHTS_FILE, weights_meta=weights_meta,
+        )

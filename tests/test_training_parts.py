@@ -13,6 +13,7 @@ from catwalk_steps.training import checkpoints as checkpoints_module
 from catwalk_steps.training.batches import BatchPlan
 from catwalk_steps.training.checkpoints import CheckpointStore, Progress
 from catwalk_steps.training.seeds import derive_seed
+from catwalk_steps.weights import load_state_dict
 from catwalk_steps.workers import available_cpus, launch, worker_device_type
 
 
@@ -56,7 +57,8 @@ def test_checkpoints_keep_the_latest_and_the_best(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-0000004", "step-0000008"]
     weights, state, progress = store.load(store.latest())
     assert progress.step == 8 and progress.best["step"] == 4 and state["optimizer"]["step"].item() == 8
-    assert torch.equal(store.weights_of(4)["w"], torch.full((3,), 4.0))
+    path, meta = store.weights_of(4)
+    assert torch.equal(load_state_dict(path, meta)["w"], torch.full((3,), 4.0))
 
 
 @pytest.mark.parametrize("killed_in", ["save_state_dict", "replace", "replace_atomically"])

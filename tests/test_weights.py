@@ -5,7 +5,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from catwalk_steps import FinetunedModel, FinetunedModelFormat
-from catwalk_steps.models.loading import ModelSpec, load_state_dict_strictly
+from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.weights import WEIGHTS_FILE, CorruptCacheError
 
 from .conftest import TINY, TINY_MODEL
@@ -51,13 +51,12 @@ def test_damaged_weights_are_reported_not_loaded(tmp_path, finetuned, damage):
 
 
 def test_mismatched_state_dict_names_the_first_keys(finetuned):
-    lm = finetuned.spec.load_model()
     state = dict(finetuned.state_dict)
     state.pop("transformer.h.1.ln_1.weight")
     state["transformer.extra"] = torch.zeros(1)
     state["transformer.wpe.weight"] = torch.zeros(3, 3)
     with pytest.raises(Exception) as error:
-        load_state_dict_strictly(lm, state)
+        finetuned.spec.load_model(state_dict=state)
     message = str(error.value)
     assert "missing keys: transformer.h.1.ln_1.weight" in message
     assert "unexpected keys: transformer.extra" in message

@@ -1,14 +1,63 @@
-"""Turning a model spec (``rc::gpt2``, ``rc::/path/to/dir``) into a tokenizer and a causal LM."""
+"""Turning a model spec (``rc::gpt2``, ``rc::gpt2@<revision>``, ``rc::/path/to/dir``) into a
+tokenizer and a causal LM, loaded once in the dtype it is used in."""
 
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
 
 import torch
+from tango.common.det_hash import CustomDetHash
 from tango.common.exceptions import ConfigurationError
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from .lean_loading import empty_model, fill_model, model_from_files, safetensors_files
+
 SPEC_PREFIX = "rc::"
+
+
+def local_directory(name: str) -> Optional[Path]:
+    path = Path(name).expanduser()
+    return path.resolve() if path.is_dir() else None
+
+
+def directory_fingerprint(directory: Path) -> str:
+    """A digest of every file in a local model directory, so that editing a model in place
+    changes the cache keys of what uses it. Files are hashed once per (size, mtime): the digests
+    are remembered in ``~/.cache/catwalk_steps/file-hashes.json``."""
+    from ..tasks.task import sha256_of_file  # tasks import models; avoid a cycle at import time
+
+    memo_path = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "catwalk_steps" / "file-hashes.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    digests = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        stat = path.stat()
+        key = f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
+        if key not in memo:
+            memo[key] = sha256_of_file(path)
+        digests[str(path.relative_to(directory))] = memo[key]
+    try:
+        memo_path.parent.mkdir(parents=True, exist_ok=True)
+        temp = memo_path.with_name(f"{memo_path.name}.{os.getpid()}.tmp")
+        temp.write_text(json.dumps(memo))
+        os.replace(temp, memo_path)
+    except OSError:
+        pass  # only a memo
+    return json.dumps(digests, sort_keys=True)
+
+
+class ModelName(str, CustomDetHash):
+    """A model or tokenizer name as a step argument, hashed into cache keys with the contents of
+    its files when it names a local directory (a hub name carries its ``@revision``, if any)."""
+
+    def det_hash_object(self) -> Any:
+        name = str(self)[len(SPEC_PREFIX):] if self.startswith(SPEC_PREFIX) else str(self)
+        directory = local_directory(name)
+        return str(self), directory_fingerprint(directory) if directory else None
 
 
 @dataclass(frozen=True)
@@ -16,12 +65,14 @@ class ModelSpec:
     """Where a rank-classification model's weights, config and tokenizer come from.
 
     ``pretrained`` is an HF hub name or a local directory saved with ``save_pretrained``;
-    ``config_overrides`` are applied to its config on load (``{"resid_pdrop": 0.0}``).
+    ``revision`` a hub revision; ``config_overrides`` are applied to its config on load
+    (``{"resid_pdrop": 0.0}``).
     """
 
     pretrained: str
     tokenizer: Optional[str] = None
     config_overrides: Dict[str, Any] = field(default_factory=dict)
+    revision: Optional[str] = None
 
     @classmethod
     def parse(cls, spec: str, **kwargs: Any) -> "ModelSpec":
@@ -30,23 +81,30 @@ class ModelSpec:
                 f"Unknown model spec {spec!r}: write 'rc::<hub name or local directory>', e.g. 'rc::gpt2'"
             )
         name = spec[len(SPEC_PREFIX):]
+        revision = None
+        if "@" in name and local_directory(name) is None:
+            name, revision = name.rsplit("@", 1)
         for local in (name, kwargs.get("tokenizer")):
-            if local and local.startswith(("/", "./", "../", "~")) and not Path(local).expanduser().is_dir():
+            if local and local.startswith(("/", "./", "../", "~")) and local_directory(local) is None:
                 raise ConfigurationError(f"Model spec {spec!r}: no such local directory: {local}")
-        return cls(pretrained=name, **kwargs)
+        return cls(pretrained=name, revision=revision, **kwargs)
 
     def to_json(self) -> Dict[str, Any]:
-        return {"pretrained": self.pretrained, "tokenizer": self.tokenizer, "config_overrides": self.config_overrides}
+        return {
+            "pretrained": self.pretrained, "tokenizer": self.tokenizer, "config_overrides": self.config_overrides,
+            "revision": self.revision,
+        }
 
     def _source(self, name: str) -> str:
         # A relative local directory is resolved now so that DDP workers and later runs agree.
-        path = Path(name).expanduser()
-        return str(path.resolve()) if path.is_dir() else name
+        directory = local_directory(name)
+        return str(directory) if directory else name
 
     def load_tokenizer(self) -> PreTrainedTokenizerBase:
         name = self._source(self.tokenizer or self.pretrained)
+        revision = None if self.tokenizer else self.revision
         try:
-            tokenizer = AutoTokenizer.from_pretrained(name)
+            tokenizer = AutoTokenizer.from_pretrained(name, revision=revision)
         except (OSError, ValueError) as e:
             raise ConfigurationError(f"Cannot load tokenizer {name!r} (not a local directory or hub name?): {e}")
         if tokenizer.pad_token_id is None:
@@ -57,34 +115,31 @@ class ModelSpec:
     def load_config(self):
         name = self._source(self.pretrained)
         try:
-            return AutoConfig.from_pretrained(name, **self.config_overrides)
+            return AutoConfig.from_pretrained(name, revision=self.revision, **self.config_overrides)
         except (OSError, ValueError) as e:
             raise ConfigurationError(f"Cannot load model {name!r} (not a local directory or hub name?): {e}")
 
-    def load_model(self, state_dict: Optional[Dict[str, torch.Tensor]] = None) -> PreTrainedModel:
-        """The pretrained model, with ``state_dict`` (e.g. fine-tuned weights) loaded strictly over it."""
-        model = AutoModelForCausalLM.from_pretrained(
-            self._source(self.pretrained), config=self.load_config(), dtype=torch.float32
-        )
+    def load_model(
+        self, dtype: torch.dtype = torch.float32, state_dict: Optional[Dict[str, torch.Tensor]] = None
+    ) -> PreTrainedModel:
+        """The pretrained model in ``dtype``, or, given ``state_dict`` (e.g. fine-tuned weights),
+        the model of this spec's config holding exactly those weights: the base weights are never
+        read then. Local safetensors weights are read once, in ``dtype`` (see
+        :mod:`.lean_loading`); hub models load through ``from_pretrained`` in ``dtype``."""
+        config = self.load_config()
         if state_dict is not None:
-            load_state_dict_strictly(model, state_dict)
-        return model
-
-
-def load_state_dict_strictly(model: torch.nn.Module, state_dict: Dict[str, torch.Tensor]) -> None:
-    expected = model.state_dict()
-    missing = [k for k in expected if k not in state_dict]
-    unexpected = [k for k in state_dict if k not in expected]
-    mismatched = [k for k in expected if k in state_dict and state_dict[k].shape != expected[k].shape]
-    if missing or unexpected or mismatched:
-        def first(keys):
-            return ", ".join(keys[:5]) + (f" (+{len(keys) - 5} more)" if len(keys) > 5 else "") if keys else "none"
-
-        raise ConfigurationError(
-            f"State dict does not match {type(model).__name__}: missing keys: {first(missing)}; "
-            f"unexpected keys: {first(unexpected)}; shape mismatches: {first(mismatched)}"
-        )
-    model.load_state_dict(state_dict, strict=True)
+            # Copies, also in the same dtype: tensors read by safetensors can sit at unaligned
+            # addresses, where CPU kernels round differently from freshly allocated ones.
+            # (fill_model ties tied weights again.)
+            cast = ((k, v.to(dtype if v.is_floating_point() else v.dtype, copy=True)) for k, v in state_dict.items())
+            return fill_model(empty_model(config, dtype), cast)
+        directory = local_directory(self.pretrained)
+        files = safetensors_files(directory) if directory else None
+        if files:
+            return model_from_files(config, files, dtype)
+        return AutoModelForCausalLM.from_pretrained(
+            self._source(self.pretrained), config=config, dtype=dtype, revision=self.revision
+        ).eval()
 
 
 def context_window(config) -> int:

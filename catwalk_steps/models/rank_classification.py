@@ -5,20 +5,33 @@ the loss, each instance's loss and whether its best-scored choice is the gold on
 loop sums those into an exact validation accuracy, with no metric object to sync across ranks.
 """
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
+from peft import PeftModel
 from tango.integrations.torch import DataCollator, Model
 
+from .adapters import Adapter, add_adapter
 from .loading import ModelSpec
 from .scoring import Query, collate_queries, continuation_logliks
 
 
 class RankClassificationModel(Model):
-    def __init__(self, spec: ModelSpec) -> None:
+    """The LM of ``spec``, with a fresh ``adapter`` if given (then only the adapter trains), and
+    activations recomputed in the backward pass with ``gradient_checkpointing``."""
+
+    def __init__(self, spec: ModelSpec, adapter: Optional[Adapter] = None, gradient_checkpointing: bool = False) -> None:
         super().__init__()
-        self.lm = spec.load_model()
+        lm = spec.load_model()
+        if gradient_checkpointing:
+            lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.lm = add_adapter(lm, adapter) if adapter is not None else lm
+        #: Names that share one parameter (GPT-2's lm_head and input embeddings).
+        shared: Dict[int, List[str]] = {}
+        for name, parameter in self.lm.named_parameters(remove_duplicate=False):
+            shared.setdefault(id(parameter), []).append(name)
+        self.tied_names = [names for names in shared.values() if len(names) > 1]
 
     def forward(
         self,
@@ -33,7 +46,9 @@ class RankClassificationModel(Model):
     ) -> Dict[str, torch.Tensor]:
         """``loss``: the mean over instances of the cross-entropy over their choices' summed
         log-likelihoods; ``losses`` and ``correct``: per instance."""
-        logliks = continuation_logliks(self.lm, input_ids, attention_mask, position_ids, targets, target_mask)
+        # A peft model's adapters live inside its base model, whose forward takes logits_to_keep.
+        lm = self.lm.get_base_model() if isinstance(self.lm, PeftModel) else self.lm
+        logliks = continuation_logliks(lm, input_ids, attention_mask, position_ids, targets, target_mask)
         scores = logliks.new_full((labels.shape[0], int(choice_index.max()) + 1), float("-inf"))
         scores = scores.index_put((choice_instance, choice_index), logliks)
         losses = F.cross_entropy(scores, labels, reduction="none")

@@ -15,7 +15,7 @@ import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -99,6 +99,7 @@ class CheckpointStore:
         """The progress recorded in the latest checkpoint."""
         return Progress(**json.loads((self.latest() / STATE).read_text())["progress"])
 
-    def weights_of(self, step: int) -> Dict[str, torch.Tensor]:
+    def weights_of(self, step: int) -> Tuple[Path, Dict[str, Any]]:
+        """The weights file of the checkpoint of ``step``, and what :func:`load_state_dict` needs."""
         path = self._path(step)
-        return load_state_dict(path / WEIGHTS, json.loads((path / STATE).read_text())["weights"])
+        return path / WEIGHTS, json.loads((path / STATE).read_text())["weights"]

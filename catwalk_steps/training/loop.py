@@ -12,7 +12,6 @@ What makes its result independent of how it was computed:
 """
 
 import logging
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -23,12 +22,12 @@ from tango.common import DatasetDict, Tqdm
 from tango.common.lazy import Lazy
 from tango.integrations.torch import TrainCallback, TrainConfig
 from tango.workspace import Workspace
-from torch.nn.parallel import DistributedDataParallel
 from transformers import get_linear_schedule_with_warmup
 
+from ..models.adapters import Adapter, load_trained_state_dict
 from ..models.loading import ModelSpec
 from ..models.rank_classification import RankClassificationCollator, RankClassificationModel
-from ..weights import cpu_state_dict
+from .strategies import distribute, gradient_sync, load_optimizer_state, optimizer_state, trained_weights
 from .batches import BatchPlan
 from .checkpoints import CheckpointStore, Progress
 from .seeds import derive_seed
@@ -56,6 +55,10 @@ class TrainingJob:
     work_dir: Path
     device_type: str
     log_every: int
+    adapter: Optional[Adapter] = None
+    strategy: str = "ddp"
+    precision: str = "32"
+    gradient_checkpointing: bool = False
     # For Tango train callbacks, which observe only.
     callbacks: Optional[List[Lazy[TrainCallback]]] = None
     workspace: Optional[Workspace] = None
@@ -94,15 +97,20 @@ def validate(
     model: RankClassificationModel, job: TrainingJob, collate, rank: int, world_size: int, device: torch.device
 ) -> Dict[str, float]:
     """Exact accuracy and mean loss over the whole validation split (worker ``rank`` scores every
-    ``world_size``-th instance; the sums, not per-worker means, are combined)."""
+    ``world_size``-th instance; the sums, not per-worker means, are combined). In full precision
+    whatever the training precision, as PredictStep scores by default: the two agree."""
     assert job.validation is not None
     model.eval()
     shard = job.validation[rank::world_size]
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss, count
-    for start in range(0, len(shard), job.plan.micro_batch_size):
+    # Every worker runs as many forward passes (FSDP gathers parameters in each); one whose
+    # shard is shorter scores a stand-in batch and drops its numbers.
+    longest_shard = -(-len(job.validation) // world_size)
+    for start in range(0, longest_shard, job.plan.micro_batch_size):
         items = shard[start:start + job.plan.micro_batch_size]
-        outputs = model(**_to(collate(items), device))
-        sums += torch.stack([outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items))]).to(sums)
+        outputs = model(**_to(collate(items or job.validation[:1]), device))
+        if items:
+            sums += torch.stack([outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items))]).to(sums)
     correct, loss, count = _sum_over_workers(sums).tolist()
     model.train()
     return {"val_acc": correct / count, "val_loss": loss / count}
@@ -111,14 +119,26 @@ def validate(
 def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
     device = torch.device("cuda", rank) if job.device_type == "cuda" else torch.device("cpu")
     torch.manual_seed(derive_seed(job.plan.seed, "init"))  # for any freshly initialised weights
-    model = RankClassificationModel(job.spec).to(device).train()  # from_pretrained gives eval mode
-    optimizer = torch.optim.AdamW(model.parameters(), lr=job.learning_rate, weight_decay=job.weight_decay)
+    model = RankClassificationModel(job.spec, job.adapter, job.gradient_checkpointing).to(device)
+    model.train()  # from_pretrained gives eval mode
+    latest = job.checkpoints.latest()
+    if latest is not None:
+        weights, training_state, progress = job.checkpoints.load(latest)
+        load_trained_state_dict(model.lm, weights)
+    trained = distribute(model, job.strategy, world_size)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=job.learning_rate, weight_decay=job.weight_decay)
     schedule = get_linear_schedule_with_warmup(optimizer, job.warmup_steps, job.train_steps)
-    progress, callback_states = _resume(job, model, optimizer, schedule, rank)
-    trained = DistributedDataParallel(model) if world_size > 1 else model
+    if latest is None:
+        progress, training_state = Progress(), {"callbacks": []}
+    else:
+        load_optimizer_state(model, optimizer, training_state["optimizer"])
+        schedule.load_state_dict(training_state["schedule"])
+        if rank == 0:
+            logger.info("Resuming from the checkpoint of step %d (%s)", progress.step, latest)
     collate = RankClassificationCollator(job.pad_token_id, job.max_length)
     callbacks = _callbacks(job, rank, world_size, EngineView(trained, optimizer, schedule))
-    for callback, state in zip(callbacks, callback_states):
+    for callback, state in zip(callbacks, training_state["callbacks"]):
         callback.load_state_dict(state)
 
     for callback in callbacks:
@@ -144,12 +164,14 @@ def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
             torch.manual_seed(derive_seed(job.plan.seed, "dropout", step, index))
             # Gradients are all-reduced once per step, with the last micro-batch's backward pass.
             last = n == len(micro_batches) - 1
-            with nullcontext() if last or world_size == 1 else trained.no_sync():
+            with gradient_sync(trained, enabled=last), torch.autocast(
+                device.type, torch.bfloat16, enabled=job.precision == "bf16-mixed"
+            ):
                 loss = trained(**batch)["loss"] / len(micro_batches)
                 loss.backward()
             batch_loss += loss.detach()
         if job.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), job.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(trainable, job.max_grad_norm)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
@@ -176,13 +198,14 @@ def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
                     callback.post_val_loop(step, epoch, record["val_acc"], best["val_acc"])
                 shown.update(val_acc=f"{record['val_acc']:.4f}", best_val_acc=f"{best['val_acc']:.4f}")
                 bar.set_postfix(shown)
+            weights, optimizer_full = trained_weights(model), optimizer_state(model, optimizer)  # every rank
             if rank == 0:
                 training_state = {
-                    "optimizer": optimizer.state_dict(),
+                    "optimizer": optimizer_full,
                     "schedule": schedule.state_dict(),
                     "callbacks": [callback.state_dict() for callback in callbacks],
                 }
-                job.checkpoints.save(cpu_state_dict(model.lm), training_state, progress, world_size)
+                job.checkpoints.save(weights, training_state, progress, world_size)
             if world_size > 1:
                 dist.barrier()  # no worker moves on before the checkpoint is complete
     bar.close()
@@ -190,21 +213,6 @@ def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
     for callback in callbacks:
         callback.post_epoch(job.train_steps - 1, last_epoch)
         callback.post_train_loop(job.train_steps - 1, last_epoch)
-
-
-def _resume(job: TrainingJob, model: RankClassificationModel, optimizer, schedule, rank: int):
-    """Loads the latest checkpoint, if any, into the model, optimizer and schedule; returns the
-    progress it recorded and the callbacks' states."""
-    latest = job.checkpoints.latest()
-    if latest is None:
-        return Progress(), []
-    weights, training_state, progress = job.checkpoints.load(latest)
-    model.lm.load_state_dict(weights)
-    optimizer.load_state_dict(training_state["optimizer"])
-    schedule.load_state_dict(training_state["schedule"])
-    if rank == 0:
-        logger.info("Resuming from the checkpoint of step %d (%s)", progress.step, latest)
-    return progress, training_state["callbacks"]
 
 
 def _callbacks(job: TrainingJob, rank: int, world_size: int, engine: EngineView) -> List[TrainCallback]:

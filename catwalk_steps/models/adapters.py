@@ -1,0 +1,68 @@
+"""Parameter-efficient fine-tuning with HF ``peft``: LoRA and IA3 adapters.
+
+An adapter is given as a plain dict, ``{"type": "lora", "r": 8, "alpha": 16, "dropout": 0.05,
+"target_modules": [...]}`` or ``{"type": "ia3", ...}``, so that it hashes into the cache key as
+what it says. Any field of peft's ``LoraConfig``/``IA3Config`` may be given by its peft name;
+``alpha`` and ``dropout`` are short for ``lora_alpha`` and ``lora_dropout``. Without
+``target_modules`` peft picks its defaults for the architecture (GPT-2: ``c_attn`` for LoRA).
+"""
+
+from typing import Any, Dict, Optional
+
+import torch
+from peft import IA3Config, LoraConfig, PeftConfig, PeftModel, get_peft_model
+from peft import set_peft_model_state_dict
+from tango.common.exceptions import ConfigurationError
+from transformers import PreTrainedModel
+
+Adapter = Dict[str, Any]
+_CONFIGS = {"lora": LoraConfig, "ia3": IA3Config}
+_SHORT_NAMES = {"lora": {"alpha": "lora_alpha", "dropout": "lora_dropout"}, "ia3": {}}
+_NOT_SETTINGS = {"task_type", "peft_type", "base_model_name_or_path", "revision", "inference_mode", "auto_mapping"}
+
+
+def peft_config(adapter: Adapter) -> PeftConfig:
+    """peft's config for ``adapter``, or a :class:`ConfigurationError` naming what is wrong."""
+    kind = adapter.get("type")
+    if kind not in _CONFIGS:
+        raise ConfigurationError(f"adapter type must be one of {sorted(_CONFIGS)}, got {kind!r}")
+    config_class = _CONFIGS[kind]
+    allowed = set(config_class.__dataclass_fields__) - _NOT_SETTINGS
+    settings = {_SHORT_NAMES[kind].get(k, k): v for k, v in adapter.items() if k != "type"}
+    unknown = sorted(set(settings) - allowed)
+    if unknown:
+        raise ConfigurationError(f"Unknown {kind} adapter settings {unknown}; peft's {config_class.__name__} takes e.g. "
+                                 f"{', '.join(sorted(allowed)[:12])}, ...")
+    try:
+        return config_class(task_type="CAUSAL_LM", **settings)
+    except (TypeError, ValueError) as e:
+        raise ConfigurationError(f"Bad {kind} adapter settings {settings}: {e}") from None
+
+
+def add_adapter(lm: PreTrainedModel, adapter: Adapter) -> PeftModel:
+    """``lm`` with a fresh adapter; only the adapter's weights require gradients."""
+    try:
+        return get_peft_model(lm, peft_config(adapter))
+    except ValueError as e:  # e.g. target modules the model does not have
+        raise ConfigurationError(f"Cannot add the {adapter['type']} adapter to {type(lm).__name__}: {e}") from None
+
+
+def load_trained_state_dict(lm: torch.nn.Module, state_dict: Dict[str, torch.Tensor]) -> None:
+    if isinstance(lm, PeftModel):
+        result = set_peft_model_state_dict(lm, state_dict)
+        missing = [k for k in result.missing_keys if "lora_" in k or "ia3_" in k]
+        if result.unexpected_keys or missing:
+            raise ConfigurationError(f"Adapter weights do not fit: missing {missing[:5]}, unexpected "
+                                     f"{result.unexpected_keys[:5]}")
+    else:
+        lm.load_state_dict(state_dict, strict=True)
+
+
+def with_adapter_merged(lm: PreTrainedModel, adapter: Adapter, weights: Dict[str, torch.Tensor],
+                        dtype: Optional[torch.dtype] = None) -> PreTrainedModel:
+    """``lm`` with trained adapter ``weights`` merged into its own (so scoring costs what the
+    base model costs)."""
+    peft_model = add_adapter(lm, adapter)
+    load_trained_state_dict(peft_model, {k: v.to(dtype) if dtype and v.is_floating_point() else v
+                                         for k, v in weights.items()})
+    return peft_model.merge_and_unload().eval()

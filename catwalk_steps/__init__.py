@@ -2,6 +2,7 @@
 
 from . import compat  # noqa: F401  (patches Tango; must come first)
 from .atomic import AtomicJsonFormat
+from .export import ExportPredictionsStep
 from .finetune import FinetuneStep
 from .metrics import CalculateMetricsStep, PrintMetricsStep, TabulateMetricsStep
 from .predict import PredictStep
@@ -11,6 +12,7 @@ from .weights import FinetunedModel, FinetunedModelFormat
 __all__ = [
     "AtomicJsonFormat",
     "CalculateMetricsStep",
+    "ExportPredictionsStep",
     "FinetuneStep",
     "FinetunedModel",
     "FinetunedModelFormat",

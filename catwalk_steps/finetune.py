@@ -19,31 +19,11 @@ from .tasks import MCInstance, MultipleChoiceTask
 from .training.batches import BatchPlan
 from .training.loop import TrainingJob, train_worker
 from .training.strategies import STRATEGIES
-from .workers import available_cpus, launch
+from .workers import launch, worker_device_type
 from .weights import FinetunedModel, FinetunedModelFormat
 
 
 PRECISIONS = ("32", "bf16-mixed")
-
-
-def training_devices(device: str, device_count: int) -> str:
-    """The device type to train on, failing loudly where Tango's trainer would quietly fall back
-    to the CPU."""
-    if device_count < 1:
-        raise ConfigurationError(f"device_count must be at least 1, got {device_count}")
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        available = torch.cuda.device_count()
-        if device_count > available:
-            raise ConfigurationError(f"device_count={device_count}, but only {available} CUDA devices are present")
-        return device
-    if device == "cpu":
-        cores = available_cpus()
-        if device_count > cores:
-            raise ConfigurationError(f"device_count={device_count} CPU workers, but only {cores} cores are available")
-        return device
-    raise ConfigurationError(f"device must be 'auto', 'cuda' or 'cpu', got {device!r}")
 
 
 def check_batching(batch_size: int, micro_batch_size: Optional[int], device_count: int) -> int:
@@ -114,7 +94,7 @@ class FinetuneStep(Step):
         if kwargs.get("learning_rate", 1.0) <= 0:
             raise ConfigurationError(f"learning_rate must be positive, got {kwargs['learning_rate']}")
         device_count = kwargs.get("device_count", 1)
-        training_devices(kwargs.get("device", "auto"), device_count)
+        worker_device_type(kwargs.get("device", "auto"), device_count)
         check_batching(kwargs.get("batch_size", 32), kwargs.get("micro_batch_size"), device_count)
         if kwargs.get("strategy", "ddp") not in STRATEGIES:
             raise ConfigurationError(f"strategy must be one of {STRATEGIES}, got {kwargs['strategy']!r}")
@@ -195,7 +175,7 @@ class FinetuneStep(Step):
             ``tango.integrations.wandb`` in ``include_package`` and ``wandb`` installed). They are
             not in the cache key, so they must only observe training, not change it.
         """
-        device_type = training_devices(device, device_count)
+        device_type = worker_device_type(device, device_count)
         micro_batch_size = check_batching(batch_size, micro_batch_size, device_count)
         spec = ModelSpec.parse(model, tokenizer=tokenizer, config_overrides=config_overrides or {})
         tok = spec.load_tokenizer()

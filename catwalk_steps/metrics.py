@@ -33,14 +33,20 @@ def choice_scores(predictions: List[Dict[str, Any]], metric: str) -> torch.Tenso
     return scores
 
 
-def accuracies(predictions: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """Each accuracy of ``predictions`` with its binomial standard error, and their count."""
+def rankings(predictions: List[Dict[str, Any]]) -> List[str]:
+    """The metrics that ``predictions`` can rank choices by: ``acc_uncond`` only where every
+    prediction has its unconditioned log-likelihoods."""
     names = ["acc", "acc_norm", "acc_per_token"]
     if all("unconditioned_logliks" in p for p in predictions):
         names.append("acc_uncond")
+    return names
+
+
+def accuracies(predictions: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Each accuracy of ``predictions`` with its binomial standard error, and their count."""
     labels = torch.tensor([p["label"] for p in predictions])
     metrics: Dict[str, Any] = {}
-    for name in names:
+    for name in rankings(predictions):
         scores = choice_scores(predictions, name)
         accuracy = MulticlassAccuracy(num_classes=scores.shape[1], average="micro", sync_on_compute=False)
         accuracy.update(scores.argmax(-1), labels)

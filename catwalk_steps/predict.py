@@ -1,18 +1,23 @@
 """``catwalk::predict``: score every answer choice of a task split by log-likelihood."""
 
-from typing import Any, Dict, List, Optional, Union
+from contextlib import nullcontext
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
 from tango import Step
-from tango.common import Tqdm
 from tango.common.exceptions import ConfigurationError
+from tango.step import StepResources
 
 from .atomic import AtomicJsonFormat
-from .journal import Journal, fingerprint
-from .models.loading import ModelName, ModelSpec, context_window
-from .models.scoring import encode_pair, score_queries
+from .journal import fingerprint
+from .models.loading import ModelName, ModelSpec
+from .models.scoring import encode_pair
+from .scoring_workers import ScoringJob, score_on_workers, strided_shards
 from .tasks import MultipleChoiceTask
 from .weights import FinetunedModel
+from .workers import worker_device_type
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -31,6 +36,24 @@ def resolve_device(device: str) -> torch.device:
     return resolved
 
 
+def worker_devices(device: str, device_count: int) -> List[torch.device]:
+    """One device per worker: ``device`` itself for one worker (``"cuda:1"`` allowed), else CUDA
+    devices 0..N-1 or N CPU processes, checked against the devices or cores present."""
+    if device_count == 1:
+        return [resolve_device(device)]
+    device_type = worker_device_type(device, device_count)
+    if device_type == "cuda":
+        return [torch.device("cuda", rank) for rank in range(device_count)]
+    return [torch.device("cpu")] * device_count
+
+
+def top_two_margin(logliks: Sequence[float]) -> float:
+    """How far the chosen answer's log-likelihood is ahead of the runner-up's: a decision with a
+    margin within the batching tolerance (README) may flip with the batch size or device count."""
+    first, second = sorted(logliks, reverse=True)[:2]
+    return first - second
+
+
 @Step.register("catwalk::predict")
 class PredictStep(Step):
     """Scores each choice of each instance of ``task``'s ``split`` with ``model``.
@@ -40,23 +63,26 @@ class PredictStep(Step):
     group (if the task has groups), and per choice the summed log-likelihood, token count and
     the character count of the answer text (without the target delimiter, as
     lm-evaluation-harness's ``acc_norm`` counts), and, for tasks with an
-    ``unconditioned_context``, the log-likelihood after that context alone. From these
+    ``unconditioned_context``, the log-likelihood after that context alone; and the ``margin``
+    between its two best summed log-likelihoods. From these
     :class:`CalculateMetricsStep` derives every metric without scoring again.
 
-    The device and the batching knobs change how fast, not what, so they are not in the cache
-    key (batching can move a log-likelihood by ~1e-6 through padding, never a prediction).
+    ``device_count`` workers score strided shards of the split (:mod:`.scoring_workers`). The
+    device count, the device and the batching knobs change how fast, not what, so they are not in
+    the cache key: batching moves a log-likelihood by padding alone, within the tolerance the
+    README states, and flips only decisions whose margin is within it.
     """
 
-    VERSION = "cw2"  # cw2: num_chars without the target delimiter; group
+    VERSION = "cw2"  # cw2: num_chars without the target delimiter; group; margin
     FORMAT = AtomicJsonFormat()
-    SKIP_ID_ARGUMENTS = {"device", "max_batch_size", "max_batch_tokens"}
+    SKIP_ID_ARGUMENTS = {"device", "device_count", "max_batch_size", "max_batch_tokens"}
 
     @classmethod
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         """Settings are checked when the step graph is built, before any step of a run starts."""
         if kwargs.get("max_batch_size", 1) < 1 or kwargs.get("max_batch_tokens", 1) < 1:
             raise ConfigurationError("max_batch_size and max_batch_tokens must be positive")
-        resolve_device(kwargs.get("device", "auto"))
+        worker_devices(kwargs.get("device", "auto"), kwargs.get("device_count", 1))
         if kwargs.get("dtype", "float32") not in DTYPES:
             raise ConfigurationError(f"dtype must be one of {', '.join(DTYPES)}, got {kwargs['dtype']!r}")
         if isinstance(kwargs.get("model"), str):
@@ -67,6 +93,11 @@ class PredictStep(Step):
                 kwargs[name] = ModelName(kwargs[name])
         return kwargs
 
+    @property
+    def resources(self) -> StepResources:
+        devices = worker_devices(self.kwargs.get("device", "auto"), self.kwargs.get("device_count", 1))
+        return self.step_resources or StepResources(gpu_count=sum(d.type == "cuda" for d in devices))
+
     def run(  # type: ignore[override]
         self,
         model: Union[str, FinetunedModel],
@@ -76,6 +107,7 @@ class PredictStep(Step):
         limit: Optional[int] = None,
         tokenizer: Optional[str] = None,
         device: str = "auto",
+        device_count: int = 1,
         dtype: str = "float32",
         max_batch_size: int = 32,
         max_batch_tokens: int = 16384,
@@ -83,46 +115,50 @@ class PredictStep(Step):
         """
         :param limit: score only the first ``limit`` instances.
         :param tokenizer: for a model spec, the tokenizer if not the model's own.
-        :param device: ``"auto"`` (CUDA if present, else CPU), or a torch device such as ``"cuda:1"``.
+        :param device: ``"auto"`` (CUDA if present, else CPU), or a torch device such as ``"cuda:1"``;
+            with several workers ``"auto"``, ``"cuda"`` or ``"cpu"``.
+        :param device_count: workers scoring the split: CUDA devices 0..N-1, or CPU processes
+            sharing out the cores. Not in the cache key: the predictions are the same.
         :param dtype: the weights' dtype while scoring: ``"bfloat16"`` or ``"float16"`` for speed on
             GPUs (log-probabilities are still normalised in float32). Part of the cache key.
         :param max_batch_size: most queries (context, continuation pairs) in one forward pass.
         :param max_batch_tokens: most padded tokens in one forward pass.
         """
-        torch_device = resolve_device(device)
+        devices = worker_devices(device, device_count)
         finetuned = model if isinstance(model, FinetunedModel) else None
         spec = finetuned.spec if finetuned else ModelSpec.parse(model, tokenizer=tokenizer)
         tok = spec.load_tokenizer()
         instances = task.instances(split, limit)
         queries = [encode_pair(tok, context, c) for i in instances for context, c in i.pairs()]
+        instance_of = [n for n, i in enumerate(instances) for _ in i.continuations]
         conditioned = len(queries)
         if task.unconditioned_context is not None:
             queries += [encode_pair(tok, task.unconditioned_context, c) for i in instances for c in i.continuations]
+            instance_of += instance_of
 
+        self.logger.info(
+            "Scoring %d queries of %d instances on %s", len(queries), len(instances), ", ".join(map(str, devices))
+        )
         # Scores reach the work dir batch by batch, so a killed run resumes where it stopped;
-        # the journal is discarded if the queries or the weights are not those it was written for.
-        journal = None
-        if self.work_dir_for_run is not None:
-            weights = finetuned.fingerprint if finetuned else None
-            work = fingerprint([[list(q.context + q.continuation) for q in queries], weights])
-            journal = Journal(self.work_dir_for_run / "scores.jsonl", work)
-        known = journal.load() if journal else {}
-
-        # Loaded once, in the scoring dtype, then moved to the device.
-        lm = (finetuned.load_model(DTYPES[dtype]) if finetuned else spec.load_model(DTYPES[dtype]))
-        lm = lm.to(torch_device).eval()
-        self.logger.info("Scoring %d queries of %d instances on %s", len(queries), len(instances), torch_device)
-        with Tqdm.tqdm(total=len(queries), initial=len(known), desc="Log-likelihood queries") as progress:
-            logliks = score_queries(
-                lm,
-                queries,
-                pad_token_id=tok.pad_token_id,
-                max_length=context_window(lm.config),
-                max_batch_size=max_batch_size,
-                max_batch_tokens=max_batch_tokens,
-                progress=progress,
-                known=known,
-                on_batch=journal.append if journal else None,
+        # journals are discarded if the queries or the weights are not those they were written for.
+        # Called directly (not through a workspace), run() journals into a temporary directory.
+        work = fingerprint([[list(q.context + q.continuation) for q in queries], finetuned and finetuned.fingerprint])
+        work_dir = self.work_dir_for_run
+        with nullcontext(work_dir) if work_dir else TemporaryDirectory(prefix="catwalk-predict-") as journals:
+            logliks = score_on_workers(
+                ScoringJob(
+                    spec=spec,
+                    finetuned=finetuned,
+                    queries=queries,
+                    shards=strided_shards(instance_of, len(devices)),
+                    devices=devices,
+                    dtype=DTYPES[dtype],
+                    pad_token_id=tok.pad_token_id,
+                    max_batch_size=max_batch_size,
+                    max_batch_tokens=max_batch_tokens,
+                    work_dir=Path(journals),
+                    work=work,
+                )
             )
 
         predictions, start = [], 0
@@ -134,6 +170,7 @@ class PredictStep(Step):
                 "logliks": logliks[start:end],
                 "num_tokens": [len(q.continuation) for q in queries[start:end]],
                 "num_chars": instance.answer_lengths(),
+                "margin": top_two_margin(logliks[start:end]),
             }
             if instance.group is not None:
                 record["group"] = instance.group

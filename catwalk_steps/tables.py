@@ -56,14 +56,18 @@ class MetricsTable:
             c for c in self.columns if not (c.endswith(STDERR_SUFFIX) and c.removesuffix(STDERR_SUFFIX) in self.columns)
         ]
 
+    def text_columns(self) -> List[str]:
+        """The columns that name a row (task, model, ...), as opposed to its numbers."""
+        return [column for column in self.columns if any(isinstance(row.get(column), str) for row in self.rows)]
+
     def cells(self) -> List[List[str]]:
         return [[_cell(row.get(c), row.get(c + STDERR_SUFFIX)) for c in self.display_columns()] for row in self.rows]
 
     def to_rich(self, title: str = "Metrics") -> Table:
         table = Table(title=title)
+        text = self.text_columns()
         for column in self.display_columns():
-            text = any(isinstance(row.get(column), str) for row in self.rows)
-            table.add_column(column, justify="left" if text else "right")
+            table.add_column(column, justify="left" if column in text else "right")
         for cells in self.cells():
             table.add_row(*cells)
         return table

@@ -1,7 +1,7 @@
 // An offline sweep: 2 tiny models x 1 training task x 2 seeds x 1 learning rate, every
-// fine-tuned and every stock model scored on 2 tasks, in one table (table.md/.csv/.json in the
-// workspace cache, and printed at the end):
-//   tango run configs/sweep_tiny.jsonnet -w workspace --parallelism 2
+// fine-tuned and every stock model scored on 2 tasks, in one table (printed at the end), written
+// with every run's predictions and a chart of accuracy (acc.png) to results/sweep-tiny:
+//   tango run configs/sweep_tiny.jsonnet -w workspace
 local lib = import "lib.libsonnet";
 local tiny = import "tiny.libsonnet";
 
@@ -13,5 +13,6 @@ local tiny = import "tiny.libsonnet";
     seeds=[1, 2],
     learning_rates=[3e-3],
     finetune=tiny.finetune { train_epochs: 3 },
+    output_dir="results/sweep-tiny",
   ),
 }

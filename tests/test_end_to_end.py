@@ -2,25 +2,31 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
+from typing import List
 
 import pytest
 from tango.workspaces import LocalWorkspace
+
+from catwalk_steps.list_steps import step_names
 
 from .conftest import REPO
 
 pytestmark = pytest.mark.e2e
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 TANGO = str(Path(sys.executable).with_name("tango"))
+SWEEP = "configs/sweep_tiny.jsonnet"
 
 
-def tango_run(config: str, workspace: Path, name: str) -> str:
+def tango_run(config: str, workspace: Path, name: str, *options: str) -> str:
     started = time.perf_counter()
     done = subprocess.run(
-        [TANGO, "run", config, "-w", str(workspace), "--name", name],
+        [TANGO, "run", config, "-w", str(workspace), "--name", name, *options],
         cwd=REPO,
         env={**os.environ, **OFFLINE, "COLUMNS": "200"},
         capture_output=True,
@@ -32,6 +38,15 @@ def tango_run(config: str, workspace: Path, name: str) -> str:
     return done.stdout + done.stderr
 
 
+def export_to(directory: Path) -> List[str]:
+    """Options that send catwalk::export_predictions's files to ``directory``, not the repository."""
+    return ["-o", json.dumps({"steps.export.output_dir": str(directory)})]
+
+
+def started_steps(output: str) -> List[str]:
+    return re.findall(r'Starting step "([^"]+)"', output)
+
+
 def metrics(workspace: Path, run: str):
     ws = LocalWorkspace(workspace)
     return {kind: ws.step_result_for_run(run, f"metrics_{kind}") for kind in ("zero_shot", "finetuned")}
@@ -40,7 +55,8 @@ def metrics(workspace: Path, run: str):
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory):
     workspace = tmp_path_factory.mktemp("e2e") / "workspace"
-    return workspace, tango_run("configs/piqa_tiny.jsonnet", workspace, "first")
+    output = tango_run("configs/piqa_tiny.jsonnet", workspace, "first", *export_to(workspace.parent / "results"))
+    return workspace, output
 
 
 def test_demo_fine_tuning_beats_zero_shot_and_prints_the_table(first_run):
@@ -53,11 +69,23 @@ def test_demo_fine_tuning_beats_zero_shot_and_prints_the_table(first_run):
     assert "pkg_resources" not in output and "Error saving pip packages" not in output  # Tango's, before compat
 
 
+def test_demo_exports_predictions_and_table_where_the_config_says(first_run):
+    workspace, _ = first_run
+    results, exported = metrics(workspace, "first"), workspace.parent / "results"
+    records = [json.loads(line) for line in (exported / "predictions" / "piqa-tiny_fine-tuned.jsonl").open()]
+    assert len(records) == 128
+    for metric in ("acc", "acc_norm", "acc_uncond"):
+        assert sum(r["correct"][metric] for r in records) / 128 == pytest.approx(results["finetuned"][metric])
+    table = LocalWorkspace(workspace).step_result_for_run("first", "table")
+    assert (exported / "metrics.csv").read_text() == table.to_csv()
+    assert (exported / "metrics.md").read_text() == table.to_markdown()
+    assert not (exported / "acc.png").exists()  # the demo asks for no chart
+
+
 def test_second_run_is_all_cache_hits(first_run):
     workspace, _ = first_run
-    output = tango_run("configs/piqa_tiny.jsonnet", workspace, "second")
-    started = [line for line in output.splitlines() if "Starting step" in line]
-    assert started == ['● Starting step "results"...'], started  # the uncached table only
+    output = tango_run("configs/piqa_tiny.jsonnet", workspace, "second", *export_to(workspace.parent / "results"))
+    assert sorted(started_steps(output)) == ["export", "results"]  # the uncached table and files only
     assert "Training" not in output
     assert metrics(workspace, "second") == metrics(workspace, "first")
 
@@ -83,9 +111,17 @@ def test_another_config_reuses_the_fine_tuned_model(first_run):
     assert {k: shared[k] for k in metrics(workspace, "first")["finetuned"]} == metrics(workspace, "first")["finetuned"]
 
 
-def test_offline_sweep_fills_every_cell_of_its_table(tmp_path):
-    tango_run("configs/sweep_tiny.jsonnet", tmp_path / "sweep", "sweep")
-    table = LocalWorkspace(tmp_path / "sweep").step_result_for_run("sweep", "table")
+@pytest.fixture(scope="module")
+def sequential_sweep(tmp_path_factory):
+    workspace = tmp_path_factory.mktemp("sweep") / "workspace"
+    started = time.perf_counter()
+    tango_run(SWEEP, workspace, "sweep", *export_to(workspace.parent / "results"))
+    return workspace, time.perf_counter() - started
+
+
+def test_offline_sweep_fills_every_cell_of_its_table_and_charts_it(sequential_sweep):
+    workspace, _ = sequential_sweep
+    table = LocalWorkspace(workspace).step_result_for_run("sweep", "table")
     keys = ["task", "model", "finetuned_on", "seed", "lr"]
     accuracies = ["acc", "acc_norm", "acc_per_token", "acc_uncond"]
     assert table.columns == keys + [c for a in accuracies for c in (a, a + "_stderr")] + ["count"]
@@ -100,8 +136,43 @@ def test_offline_sweep_fills_every_cell_of_its_table(tmp_path):
         has_uncond = row["task"] == "piqa"  # the template task has no unconditioned context
         for column in ["acc", "acc_norm", "acc_per_token", "count"] + (["acc_uncond"] if has_uncond else []):
             assert isinstance(row[column], (int, float)), (row, column)
-    written = next((tmp_path / "sweep" / "cache").glob("TabulateMetricsStep-*"))
+    written = next((workspace / "cache").glob("TabulateMetricsStep-*"))
     assert {"table.md", "table.csv", "table.json"} <= {p.name for p in written.iterdir()}
+    exported = workspace.parent / "results"
+    assert len(list((exported / "predictions").glob("*.jsonl"))) == len(table.rows) == 12
+    assert (exported / "acc.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_four_concurrent_processes_compute_every_step_once(sequential_sweep, tmp_path):
+    """Four tasks of examples/sweep_task.sh (a Slurm job array's, on one machine here) share
+    one workspace, each computing every 4th metrics step and what it needs; then the table."""
+    reference, sequential_seconds = sequential_sweep
+    steps_file = tmp_path / "steps.txt"
+    steps_file.write_text("\n".join(step_names(SWEEP, "catwalk::calculate_metrics")) + "\n")
+    workspace = tmp_path / "workspace"
+    env = {**os.environ, **OFFLINE, "PATH": f"{Path(TANGO).parent}:{os.environ['PATH']}"}  # tango of this venv
+    started = time.perf_counter()
+    tasks = [
+        subprocess.Popen(
+            ["examples/sweep_task.sh", SWEEP, str(workspace), str(steps_file)], cwd=REPO, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            # One thread each: 4 processes stand in for 4 machines on 2 cores, and torch's threads
+            # spin when oversubscribed (default threads: 5x slower than one sequential run).
+            env={**env, "SLURM_ARRAY_TASK_ID": str(task), "SLURM_ARRAY_TASK_COUNT": "4", "OMP_NUM_THREADS": "1"},
+        )
+        for task in range(4)
+    ]
+    outputs = [task.communicate(timeout=600)[0] for task in tasks]
+    assert [task.returncode for task in tasks] == [0] * 4, [output[-2000:] for output in outputs]
+    outputs.append(tango_run(SWEEP, workspace, "table", *export_to(tmp_path / "results")))
+    seconds = time.perf_counter() - started
+    print(f"4 concurrent tasks, then the table: {seconds:.1f} s; one sequential run: {sequential_seconds:.1f} s")
+
+    counts = Counter(name for output in outputs for name in started_steps(output))
+    every_step = set(LocalWorkspace(reference).registered_run("sweep").steps)
+    assert set(counts) == every_step and set(counts.values()) == {1}, counts
+    table = LocalWorkspace(workspace).step_result_for_run("table", "table")
+    assert table == LocalWorkspace(reference).step_result_for_run("sweep", "table")
 
 
 CORE_SUITE = {"piqa", "arc_easy", "arc_challenge", "openbookqa", "hellaswag", "copa", "boolq", "sciq", "winogrande",

@@ -120,7 +120,7 @@ def test_prediction_killed_resumes_in_a_new_run(tmp_path):
     run = start_run(config, workspace)
 
     def scored() -> int:
-        journals = list(workspace.glob("cache/*/work/scores.jsonl"))
+        journals = list(workspace.glob("cache/*/work/scores-0.jsonl"))
         return len(journals[0].read_text().splitlines()) - 1 if journals else 0
 
     wait_for(lambda: scored() >= 40)
@@ -186,6 +186,10 @@ def test_same_seed_gives_the_same_weights(tiny_task, tmp_path):
         ({"f": {**FINETUNE, "model": "rc::/no/such/model"}}, "no such local directory: /no/such/model"),
         ({"p": {"type": "catwalk::predict", "model": "gpt2", "task": PIQA}}, "Unknown model spec 'gpt2'"),
         ({"p": {"type": "catwalk::predict", "model": TINY_MODEL, "task": PIQA, "device": "cuda:3"}}, "no CUDA device"),
+        ({"p": {"type": "catwalk::predict", "model": TINY_MODEL, "task": PIQA, "device": "cpu", "device_count": 512}},
+         "device_count=512 CPU workers, but only"),
+        ({"p": {"type": "catwalk::predict", "model": TINY_MODEL, "task": PIQA, "device": "cuda:1", "device_count": 2}},
+         "device must be 'auto', 'cuda' or 'cpu', got 'cuda:1'"),
         ({"f": FINETUNE, "p": {"type": "catwalk::predict", "model": {"type": "ref", "ref": "f"}, "task": PIQA,
                                "max_batch_size": 0}}, "max_batch_size and max_batch_tokens must be positive"),
     ],

@@ -9,13 +9,12 @@ import torch
 import torch.distributed as dist
 from tango.common.exceptions import ConfigurationError
 
-from catwalk_steps.finetune import training_devices
 from catwalk_steps.training import checkpoints as checkpoints_module
 from catwalk_steps.training.batches import BatchPlan
 from catwalk_steps.training.checkpoints import CheckpointStore, Progress
 from catwalk_steps.training.seeds import derive_seed
 from catwalk_steps.weights import load_state_dict
-from catwalk_steps.workers import available_cpus, launch
+from catwalk_steps.workers import available_cpus, launch, worker_device_type
 
 
 @pytest.mark.parametrize("num_examples", [32, 37, 101])
@@ -87,7 +86,7 @@ def test_cpu_workers_follow_the_affinity_mask(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert available_cpus() == 1
     with pytest.raises(ConfigurationError, match="device_count=2 CPU workers, but only 1 cores are available"):
-        training_devices("cpu", 2)
+        worker_device_type("cpu", 2)
 
 
 def _sum_of_ranks(rank: int, world_size: int, out: str) -> None:

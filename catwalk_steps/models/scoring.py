@@ -174,18 +174,23 @@ def score_queries(
         if progress is not None:
             progress.update(len(scored))
 
-    # A group costs its context once plus every continuation; batch sizes count queries.
-    cost = [len(queries[m[0]].context) + len(m) * max(len(queries[i].continuation) for i in m) for m in shared]
-    per_group = max(len(m) for m in shared) if shared else 1
-    for batch in budget_batches(cost, max(1, max_batch_size // per_group), max_batch_tokens):
-        members = [shared[g] for g in batch]
-        values = shared_context_logliks(
-            lm,
-            [queries[m[0]].context for m in members],
-            [[queries[i].continuation for i in m] for m in members],
-            pad_token_id,
-        )
-        record([(i, v) for m, vs in zip(members, values) for i, v in zip(m, vs)])
+    # A group costs its context once plus every continuation. Batch sizes count queries, so
+    # groups are batched with groups of their own size: one group of 32 continuations sharing
+    # "Answer:" must not cut every batch of 2-choice instances down to one instance.
+    by_size: Dict[int, List[List[int]]] = {}
+    for members in shared:
+        by_size.setdefault(len(members), []).append(members)
+    for size, alike in sorted(by_size.items(), reverse=True):
+        cost = [len(queries[m[0]].context) + size * max(len(queries[i].continuation) for i in m) for m in alike]
+        for batch in budget_batches(cost, max(1, max_batch_size // size), max_batch_tokens):
+            members = [alike[g] for g in batch]
+            values = shared_context_logliks(
+                lm,
+                [queries[m[0]].context for m in members],
+                [[queries[i].continuation for i in m] for m in members],
+                pad_token_id,
+            )
+            record([(i, v) for m, vs in zip(members, values) for i, v in zip(m, vs)])
 
     lengths = [len(model_input(queries[i], max_length)[0]) for i in single]
     for batch in budget_batches(lengths, max_batch_size, max_batch_tokens):

@@ -1,0 +1,98 @@
+"""``catwalk::export_predictions``: results in a directory a person opens, not a hashed cache dir."""
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
+
+from tango import Step
+from tango.common.exceptions import ConfigurationError
+
+from .atomic import replace_atomically
+from .charts import accuracy_chart
+from .metrics import choice_scores, rankings
+from .tables import MetricsTable
+
+
+def file_name(run: str) -> str:
+    """A run name (``piqa/tiny/zero-shot``) as a file name (``piqa_tiny_zero-shot``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", run).strip("_") or "_"
+
+
+def check_output_dir(output_dir: str) -> None:
+    """``output_dir`` is, or can be made, a writable directory."""
+    existing = Path(output_dir)
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise ConfigurationError(f"output_dir {output_dir!r} cannot be written: {existing} is not a writable directory")
+
+
+def readable_predictions(predictions: List[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
+    """Each record of ``catwalk::predict`` plus, under every metric, the choice it picks and
+    whether that is the gold label."""
+    names = rankings(predictions)
+    chosen = {name: choice_scores(predictions, name).argmax(-1).tolist() for name in names}
+    for n, record in enumerate(predictions):
+        picks = {name: chosen[name][n] for name in names}
+        yield {**record, "chosen": picks, "correct": {name: pick == record["label"] for name, pick in picks.items()}}
+
+
+@Step.register("catwalk::export_predictions")
+class ExportPredictionsStep(Step):
+    """Writes into ``output_dir`` (a path the config names, relative to where ``tango run``
+    runs), each file replaced atomically:
+
+    - ``predictions/<run>.jsonl``: per instance its id, gold label, per-choice log-likelihoods,
+      token and character counts, ``margin``, and under ``chosen`` and ``correct`` the choice
+      each metric picks and whether it is right;
+    - ``metrics.csv`` and ``metrics.md``: the table from ``catwalk::tabulate_metrics``;
+    - ``<chart>.png`` with ``chart`` set to a metric of the table (e.g. ``"acc"``): that metric
+      per row, with standard-error bars.
+
+    Not cached: writing is cheap, and a deleted or edited file comes back on the next run.
+    """
+
+    CACHEABLE = False
+
+    @classmethod
+    def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        """Settings are checked when the step graph is built, before any step of a run starts."""
+        check_output_dir(kwargs.get("output_dir", ""))
+        names: Dict[str, str] = {}
+        for run in kwargs.get("predictions") or {}:
+            clash = names.setdefault(file_name(run), run)
+            if clash != run:
+                raise ConfigurationError(f"Runs {clash!r} and {run!r} would both be written to {file_name(run)}.jsonl")
+        if kwargs.get("chart") is not None and kwargs.get("table") is None:
+            raise ConfigurationError("chart needs a table to draw from")
+        return kwargs
+
+    def run(  # type: ignore[override]
+        self,
+        output_dir: str,
+        predictions: Optional[Dict[str, List[Dict[str, Any]]]] = None,
+        table: Optional[MetricsTable] = None,
+        chart: Optional[str] = None,
+    ) -> str:
+        """
+        :param output_dir: where the files go; created if missing.
+        :param predictions: results of ``catwalk::predict``, by run name.
+        :param table: a result of ``catwalk::tabulate_metrics``.
+        :param chart: a metric of ``table`` to draw, e.g. ``"acc"``.
+        :returns: the directory written, as an absolute path.
+        """
+        out = Path(output_dir).resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        for run, records in (predictions or {}).items():
+            (out / "predictions").mkdir(exist_ok=True)
+            lines = "".join(json.dumps(record) + "\n" for record in readable_predictions(records))
+            replace_atomically(out / "predictions" / f"{file_name(run)}.jsonl", lambda p: p.write_text(lines))
+        if table is not None:
+            replace_atomically(out / "metrics.csv", lambda p: p.write_text(table.to_csv()))
+            replace_atomically(out / "metrics.md", lambda p: p.write_text(table.to_markdown()))
+        if chart is not None:
+            accuracy_chart(table, chart, out / f"{chart}.png")
+        self.logger.info("Results written to %s", out)
+        return str(out)

@@ -53,22 +53,23 @@ def strided_shards(instance_of: Sequence[int], workers: int) -> List[List[int]]:
 def recorded_scores(job: ScoringJob) -> Dict[int, float]:
     """Every score in the work dir's journals for this work, from runs on any device count."""
     ranks = {int(path.stem.split("-")[1]) for path in job.work_dir.glob("scores-*.jsonl")}
-    known: Dict[int, float] = {}
+    scores: Dict[int, float] = {}
     for rank in sorted(ranks | set(range(len(job.devices)))):
-        known.update(job.journal(rank).load())
-    return known
+        scores.update(job.journal(rank).load())
+    return scores
 
 
 def score_on_workers(job: ScoringJob) -> List[float]:
     """The log-likelihood of every query, scored by ``len(job.devices)`` workers. A worker that
     fails fails this call with its traceback; what the workers scored until then stays in their
     journals for the next run."""
-    known = recorded_scores(job)
-    for rank, shard in enumerate(job.shards):
-        done = sum(q in known for q in shard)
-        if done:
-            logger.info("Worker %d resumes with %d of its %d queries scored", rank, done, len(shard))
-    launch(score_shard, len(job.devices), job.devices[0].type, job, known)
+    recorded = recorded_scores(job)
+    if len(recorded) < len(job.queries):  # else a run killed after scoring everything: no workers
+        for rank, shard in enumerate(job.shards):
+            done = sum(q in recorded for q in shard)
+            if done:
+                logger.info("Worker %d resumes with %d of its %d queries scored", rank, done, len(shard))
+        launch(score_shard, len(job.devices), job.devices[0].type, job, recorded)
     scores = recorded_scores(job)
     missing = [q for q in range(len(job.queries)) if q not in scores]
     if missing:

@@ -62,7 +62,7 @@ class PredictStep(Step):
     ``catwalk::finetune``. The result is one JSON-safe record per instance: its id, gold label,
     group (if the task has groups), and per choice the summed log-likelihood, token count and
     the character count of the answer text (without the target delimiter, as
-    lm-evaluation-harness's ``acc_norm`` counts), and, for tasks with an
+    lm-evaluation-harness's ``acc_norm`` counts), and, with ``unconditioned`` for tasks with an
     ``unconditioned_context``, the log-likelihood after that context alone; and the ``margin``
     between its two best summed log-likelihoods. From these
     :class:`CalculateMetricsStep` derives every metric without scoring again.
@@ -73,7 +73,7 @@ class PredictStep(Step):
     README states, and flips only decisions whose margin is within it.
     """
 
-    VERSION = "cw2"  # cw2: num_chars without the target delimiter; group; margin
+    VERSION = "cw3"  # cw2: num_chars without the target delimiter; group; margin. cw3: unconditioned
     FORMAT = AtomicJsonFormat()
     SKIP_ID_ARGUMENTS = {"device", "device_count", "max_batch_size", "max_batch_tokens"}
 
@@ -109,6 +109,7 @@ class PredictStep(Step):
         device: str = "auto",
         device_count: int = 1,
         dtype: str = "float32",
+        unconditioned: bool = False,
         max_batch_size: int = 32,
         max_batch_tokens: int = 16384,
     ) -> List[Dict[str, Any]]:
@@ -121,6 +122,9 @@ class PredictStep(Step):
             sharing out the cores. Not in the cache key: the predictions are the same.
         :param dtype: the weights' dtype while scoring: ``"bfloat16"`` or ``"float16"`` for speed on
             GPUs (log-probabilities are still normalised in float32). Part of the cache key.
+        :param unconditioned: also score every choice after the task's ``unconditioned_context``
+            (e.g. ``"Answer:"``; tasks without one ignore this), for ``acc_uncond``. Off by
+            default: it doubles the work, and lm-evaluation-harness reports it for few tasks.
         :param max_batch_size: most queries (context, continuation pairs) in one forward pass.
         :param max_batch_tokens: most padded tokens in one forward pass.
         """
@@ -132,7 +136,7 @@ class PredictStep(Step):
         queries = [encode_pair(tok, context, c) for i in instances for context, c in i.pairs()]
         instance_of = [n for n, i in enumerate(instances) for _ in i.continuations]
         conditioned = len(queries)
-        if task.unconditioned_context is not None:
+        if unconditioned and task.unconditioned_context is not None:
             queries += [encode_pair(tok, task.unconditioned_context, c) for i in instances for c in i.continuations]
             instance_of += instance_of
 

@@ -68,11 +68,11 @@ local suites = import "suites.libsonnet";
     ),
 
   // Fine-tune `model` on `task`, and score it before and after. `finetune` holds
-  // catwalk::finetune's other settings; `output_dir` as in `report`.
-  finetune_and_evaluate(name, model, task, finetune, output_dir=null)::
+  // catwalk::finetune's other settings, `predict` catwalk::predict's; `output_dir` as in `report`.
+  finetune_and_evaluate(name, model, task, finetune, output_dir=null, predict={})::
     { finetune: { type: "catwalk::finetune", model: model, tasks: [task] } + finetune }
-    + $.evaluate("zero_shot", model, task)
-    + $.evaluate("finetuned", $.ref("finetune"), task)
+    + $.evaluate("zero_shot", model, task, predict)
+    + $.evaluate("finetuned", $.ref("finetune"), task, predict)
     + $.report(
       { [name + "/zero-shot"]: "metrics_zero_shot", [name + "/fine-tuned"]: "metrics_finetuned" },
       output_dir=output_dir,
@@ -82,8 +82,8 @@ local suites = import "suites.libsonnet";
   // tasks are objects: name -> spec or task config), each fine-tuned model and each stock model
   // scored on every task of `eval_tasks`. Steps that do not depend on each other run in
   // parallel under `tango run --parallelism N`, or in many `tango run -s` processes (README).
-  // `output_dir` and `chart` as in `report`.
-  sweep(models, train_tasks, eval_tasks, seeds, learning_rates, finetune, output_dir=null, chart="acc")::
+  // `output_dir` and `chart` as in `report`; `predict` holds catwalk::predict's other settings.
+  sweep(models, train_tasks, eval_tasks, seeds, learning_rates, finetune, output_dir=null, chart="acc", predict={})::
     local grid = [
       { model: m, train: t, seed: s, lr: lr, name: std.format("%s-%s-seed%d-lr%g", [m, t, s, lr]) }
       for m in std.objectFields(models)
@@ -104,8 +104,8 @@ local suites = import "suites.libsonnet";
     local zero_shot = [{ model: m, eval: e, name: m + "-" + e } for m in std.objectFields(models) for e in std.objectFields(eval_tasks)];
     local finetuned = [g { eval: e, eval_name: g.name + "-" + e } for g in grid for e in std.objectFields(eval_tasks)];
     finetunes
-    + std.foldl(function(acc, z) acc + $.evaluate("zero_shot_" + z.name, models[z.model], eval_tasks[z.eval]), zero_shot, {})
-    + std.foldl(function(acc, f) acc + $.evaluate(f.eval_name, $.ref("finetune_" + f.name), eval_tasks[f.eval]), finetuned, {})
+    + std.foldl(function(acc, z) acc + $.evaluate("zero_shot_" + z.name, models[z.model], eval_tasks[z.eval], predict), zero_shot, {})
+    + std.foldl(function(acc, f) acc + $.evaluate(f.eval_name, $.ref("finetune_" + f.name), eval_tasks[f.eval], predict), finetuned, {})
     + $.report(
       { [z.eval + "/" + z.model + "/zero-shot/-/-"]: "metrics_zero_shot_" + z.name for z in zero_shot }
       + { [std.format("%s/%s/%s/%d/%g", [f.eval, f.model, f.train, f.seed, f.lr])]: "metrics_" + f.eval_name for f in finetuned },

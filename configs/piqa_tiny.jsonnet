@@ -6,5 +6,5 @@ local lib = import "lib.libsonnet";
 local tiny = import "tiny.libsonnet";
 
 {
-  steps: lib.finetune_and_evaluate("piqa-tiny", tiny.models.tiny, tiny.piqa, tiny.finetune, output_dir="results/piqa-tiny"),
+  steps: lib.finetune_and_evaluate("piqa-tiny", tiny.models.tiny, tiny.piqa, tiny.finetune, output_dir="results/piqa-tiny", predict=tiny.predict),
 }

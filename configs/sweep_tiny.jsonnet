@@ -14,5 +14,6 @@ local tiny = import "tiny.libsonnet";
     learning_rates=[3e-3],
     finetune=tiny.finetune { train_epochs: 3 },
     output_dir="results/sweep-tiny",
+    predict=tiny.predict,
   ),
 }

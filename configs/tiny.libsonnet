@@ -25,6 +25,8 @@
     piqa: { data_files: $.piqa.data_files },
     mmlu: { data_files: { dev: "data/tiny/core/mmlu_dev.jsonl", test: "data/tiny/core/mmlu_test.jsonl" } },
   },
+  // Scoring settings: every choice also scored after "Answer:" alone, for acc_uncond.
+  predict: { unconditioned: true },
   finetune: {
     batch_size: 16,
     // Two micro-batches of 8 per step: one after the other on 1 device, side by side on 2

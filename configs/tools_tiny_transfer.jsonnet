@@ -7,9 +7,9 @@ local tiny = import "tiny.libsonnet";
 
 {
   steps: { finetune: { type: "catwalk::finetune", model: tiny.models.tiny, tasks: [tiny.piqa] } + tiny.finetune }
-    + lib.evaluate("zero_shot", tiny.models.tiny, tiny.tools)
-    + lib.evaluate("finetuned", lib.ref("finetune"), tiny.tools)
-    + lib.evaluate("finetuned_piqa", lib.ref("finetune"), tiny.piqa)
+    + lib.evaluate("zero_shot", tiny.models.tiny, tiny.tools, tiny.predict)
+    + lib.evaluate("finetuned", lib.ref("finetune"), tiny.tools, tiny.predict)
+    + lib.evaluate("finetuned_piqa", lib.ref("finetune"), tiny.piqa, tiny.predict)
     + lib.report({
       "tools/zero-shot": "metrics_zero_shot",
       "tools/fine-tuned-on-piqa": "metrics_finetuned",

@@ -49,7 +49,7 @@ def one_worker(tmp_path_factory):
     from .conftest import TINY
 
     task = PiqaTask(data_files={"train": str(TINY / "train.jsonl"), "validation": str(TINY / "validation.jsonl")})
-    step = PredictStep(model=TINY_MODEL, task=task, limit=LIMIT, device="cpu", step_name="predict")
+    step = PredictStep(model=TINY_MODEL, task=task, limit=LIMIT, device="cpu", unconditioned=True, step_name="predict")
     return step, step.result(LocalWorkspace(tmp_path_factory.mktemp("one-worker")))
 
 
@@ -63,7 +63,8 @@ def test_margin_is_the_lead_of_the_chosen_answer(one_worker):
 @pytest.mark.ddp
 def test_two_workers_give_the_one_worker_predictions(one_worker, tiny_task, tmp_path):
     one_step, one = one_worker
-    step = PredictStep(model=TINY_MODEL, task=tiny_task, limit=LIMIT, device="cpu", device_count=2, step_name="predict")
+    step = PredictStep(model=TINY_MODEL, task=tiny_task, limit=LIMIT, device="cpu", device_count=2, unconditioned=True,
+                       step_name="predict")
     assert step.unique_id == one_step.unique_id
     two = step.result(LocalWorkspace(tmp_path))
     assert len(two) == LIMIT
@@ -75,7 +76,8 @@ def test_two_workers_give_the_one_worker_predictions(one_worker, tiny_task, tmp_
 def test_batch_size_does_not_change_predictions(tiny_task, tmp_path):
     by_size = {}
     for size in (1, 7, 64):
-        step = PredictStep(model=TINY_MODEL, task=tiny_task, limit=32, max_batch_size=size, step_name="predict")
+        step = PredictStep(model=TINY_MODEL, task=tiny_task, limit=32, max_batch_size=size, unconditioned=True,
+                           step_name="predict")
         by_size[size] = step.result(LocalWorkspace(tmp_path / str(size)))
     assert_same_predictions(by_size[1], by_size[7], "max_batch_size 1 vs 7")
     assert_same_predictions(by_size[1], by_size[64], "max_batch_size 1 vs 64")
@@ -101,7 +103,7 @@ def test_a_killed_worker_fails_the_step_and_a_rerun_resumes_every_shard(one_work
 
     def step() -> PredictStep:  # batches of 1: slow enough to be killed half-way
         return PredictStep(model=TINY_MODEL, task=tiny_task, limit=LIMIT, device="cpu", device_count=2,
-                           max_batch_size=1, step_name="predict")
+                           max_batch_size=1, unconditioned=True, step_name="predict")
 
     work = workspace.work_dir(step())
     killed: list = []

@@ -86,16 +86,16 @@ def test_prediction_interrupted_resumes_from_the_instances_already_scored(tiny_t
     real = scoring.shared_context_logliks
     calls = []
 
-    def counting(lm, contexts, continuations, pad_token_id):
-        calls.append(sum(len(c) for c in continuations))
-        return real(lm, contexts, continuations, pad_token_id)
+    def counting(lm, **tensors):
+        calls.append(len(tensors["first"]))  # one per continuation
+        return real(lm, **tensors)
 
-    def interrupted_after_three_batches(*args):
+    def interrupted_after_three_batches(lm, **tensors):
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return counting(*args)
+        return counting(lm, **tensors)
 
-    step = PredictStep(model=TINY_MODEL, task=tiny_task, max_batch_size=16, step_name="predict")
+    step = PredictStep(model=TINY_MODEL, task=tiny_task, max_batch_size=16, unconditioned=True, step_name="predict")
     workspace = LocalWorkspace(tmp_path / "ws")
     monkeypatch.setattr(scoring, "shared_context_logliks", interrupted_after_three_batches)
     with pytest.raises(KeyboardInterrupt):
@@ -104,11 +104,12 @@ def test_prediction_interrupted_resumes_from_the_instances_already_scored(tiny_t
 
     calls.clear()
     monkeypatch.setattr(scoring, "shared_context_logliks", counting)
-    resumed = PredictStep(model=TINY_MODEL, task=tiny_task, max_batch_size=16, step_name="predict").result(workspace)
+    resumed = PredictStep(model=TINY_MODEL, task=tiny_task, max_batch_size=16, unconditioned=True,
+                          step_name="predict").result(workspace)
     total = 2 * 2 * 128  # two choices, scored with and without the question, for 128 instances
     assert sum(calls) == total - 3 * 16
 
-    fresh = PredictStep(model=TINY_MODEL, task=tiny_task, max_batch_size=16, step_name="p").result(
+    fresh = PredictStep(model=TINY_MODEL, task=tiny_task, max_batch_size=16, unconditioned=True, step_name="p").result(
         LocalWorkspace(tmp_path / "fresh")
     )
     assert resumed == fresh

@@ -81,7 +81,7 @@ def test_shared_context_scoring_equals_the_plain_method(tiny):
     import random
 
     from catwalk_steps.models.scoring import collate_queries, continuation_logliks
-    from catwalk_steps.models.shared_context import shared_context_logliks
+    from catwalk_steps.models.shared_context import collate_shared, shared_context_logliks
 
     tokenizer, lm = tiny
     rng = random.Random(0)
@@ -93,12 +93,13 @@ def test_shared_context_scoring_equals_the_plain_method(tiny):
         groups.append([encode_pair(tokenizer, context, c) for c in choices])
     groups.append([encode_pair(tokenizer, "Q", " a"), encode_pair(tokenizer, "Q", " b")])  # one-token choices
     with torch.no_grad():
-        shared = shared_context_logliks(
-            lm, [g[0].context for g in groups], [[q.continuation for q in g] for g in groups], tokenizer.pad_token_id
+        tensors = collate_shared(
+            [g[0].context for g in groups], [[q.continuation for q in g] for g in groups], tokenizer.pad_token_id
         )
+        shared = shared_context_logliks(lm, **tensors).tolist()
         flat = [q for g in groups for q in g]
         plain = continuation_logliks(lm, **collate_queries(flat, tokenizer.pad_token_id, 64)).tolist()
-    assert [v for vs in shared for v in vs] == pytest.approx(plain, abs=1e-4)
+    assert shared == pytest.approx(plain, abs=1e-4)
 
     # Through score_queries, with one instance too long to share (it is truncated instead).
     long_context = " ".join(["the box"] * 40)
@@ -153,6 +154,38 @@ def test_bfloat16_scoring_stays_close_and_float32_is_the_default(tiny_task, tmp_
         assert a["logliks"] == pytest.approx(b["logliks"], rel=0.05)
     with pytest.raises(ConfigurationError, match="dtype must be one of"):
         PredictStep(model=TINY_MODEL, task=tiny_task, dtype="int8")
+
+
+def test_unconditioned_scores_are_opt_in_and_batched_by_length(tiny_task, tmp_path, monkeypatch):
+    from tango.workspaces import LocalWorkspace
+
+    from catwalk_steps import PredictStep
+    from catwalk_steps.models import scoring
+
+    widths = []
+    real = scoring.shared_context_logliks
+    monkeypatch.setattr(
+        scoring, "shared_context_logliks",
+        lambda lm, **t: widths.append((len(t["context_ids"]), t["mask"].sum(-1).tolist())) or real(lm, **t),
+    )
+
+    def run(**settings):
+        step = PredictStep(model=TINY_MODEL, task=tiny_task, limit=40, max_batch_size=8, step_name="p", **settings)
+        return step, step.result(LocalWorkspace(tmp_path))
+
+    plain_step, plain = run()
+    assert all("unconditioned_logliks" not in record for record in plain)
+    widths.clear()
+    both_step, both = run(unconditioned=True)
+    assert both_step.unique_id != plain_step.unique_id
+    assert [r["logliks"] for r in both] == [r["logliks"] for r in plain]
+    assert all(len(r["unconditioned_logliks"]) == len(r["logliks"]) for r in both)
+    # The 80 choices after the bare "Answer:" are one group, cut into parts of 8 by length: each
+    # part's longest continuation is no longer than the shortest of the part before it.
+    parts = [sorted(lengths) for contexts, lengths in widths if contexts == 1 and len(lengths) == 8]
+    assert len(parts) == 10 and all(len(part) == 8 for part in parts)
+    assert all(longer[0] >= shorter[-1] for longer, shorter in zip(parts, parts[1:]))
+    assert parts[0][0] > parts[-1][-1]
 
 
 @pytest.mark.parametrize("num_shots", [1, 5])

@@ -3,9 +3,14 @@
 Every choice of an instance is collated into the same batch, so ``forward()`` returns, besides
 the loss, each instance's loss and whether its best-scored choice is the gold one: the training
 loop sums those into an exact validation accuracy, with no metric object to sync across ranks.
+
+With ``shared_context`` an instance's context is encoded once for all its choices, in the forward
+and the backward pass (:mod:`.shared_context`): the same loss and gradients as encoding every
+(context, choice) pair, for less work. Under dropout the choices then also share the context's
+dropout mask, which is why the setting is part of a fine-tuned model's cache key.
 """
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -15,17 +20,27 @@ from tango.integrations.torch import DataCollator, Model
 from .adapters import Adapter, add_adapter
 from .loading import ModelSpec
 from .scoring import Query, collate_queries, continuation_logliks
+from .shared_context import can_share_contexts, collate_shared, shared_context_logliks
 
 
 class RankClassificationModel(Model):
     """The LM of ``spec``, with a fresh ``adapter`` if given (then only the adapter trains), and
-    activations recomputed in the backward pass with ``gradient_checkpointing``."""
+    activations recomputed in the backward pass with ``gradient_checkpointing``. Contexts are shared
+    by their choices where ``shared_context`` is asked for and the model can
+    (:attr:`shares_contexts`; not with gradient checkpointing, nor for encoder-decoder models)."""
 
-    def __init__(self, spec: ModelSpec, adapter: Optional[Adapter] = None, gradient_checkpointing: bool = False) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        adapter: Optional[Adapter] = None,
+        gradient_checkpointing: bool = False,
+        shared_context: bool = False,
+    ) -> None:
         super().__init__()
         lm = spec.load_model()
         if gradient_checkpointing:
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.shares_contexts = shared_context and can_share_contexts(lm)
         self.lm = add_adapter(lm, adapter) if adapter is not None else lm
         #: Names that share one parameter (GPT-2's lm_head and input embeddings).
         shared: Dict[int, List[str]] = {}
@@ -34,21 +49,17 @@ class RankClassificationModel(Model):
         self.tied_names = [names for names in shared.values() if len(names) > 1]
 
     def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        position_ids: torch.Tensor,
-        targets: torch.Tensor,
-        target_mask: torch.Tensor,
-        choice_instance: torch.Tensor,
-        choice_index: torch.Tensor,
-        labels: torch.Tensor,
+        self, choice_instance: torch.Tensor, choice_index: torch.Tensor, labels: torch.Tensor, **queries: torch.Tensor
     ) -> Dict[str, torch.Tensor]:
         """``loss``: the mean over instances of the cross-entropy over their choices' summed
-        log-likelihoods; ``losses`` and ``correct``: per instance."""
+        log-likelihoods; ``losses`` and ``correct``: per instance. ``queries``: the tensors of
+        :func:`.scoring.collate_queries` or, for shared contexts, of :func:`.shared_context.collate_shared`."""
         # A peft model's adapters live inside its base model, whose forward takes logits_to_keep.
         lm = self.lm.get_base_model() if isinstance(self.lm, PeftModel) else self.lm
-        logliks = continuation_logliks(lm, input_ids, attention_mask, position_ids, targets, target_mask)
+        if "context_ids" in queries:
+            logliks = shared_context_logliks(lm, **queries)
+        else:
+            logliks = continuation_logliks(lm, **queries)
         scores = logliks.new_full((labels.shape[0], int(choice_index.max()) + 1), float("-inf"))
         scores = scores.index_put((choice_instance, choice_index), logliks)
         losses = F.cross_entropy(scores, labels, reduction="none")
@@ -56,18 +67,34 @@ class RankClassificationModel(Model):
 
 
 class RankClassificationCollator(DataCollator[Dict[str, Any]]):
-    """Flattens the choices of each instance into one left-padded batch of queries.
+    """Flattens the choices of each instance into one left-padded batch of queries; with
+    ``shared_context``, into contexts (one per run of choices that follow the same context: one
+    per instance, or one per choice where the choice is in the context, as in Winogrande) and
+    their continuations, unless a query of the batch must be cut to fit the model's window (then
+    the whole batch is plain).
 
     Holds only the pad id and length limit, so it is cheap to send to DDP workers.
     """
 
-    def __init__(self, pad_token_id: int, max_length: int) -> None:
+    def __init__(self, pad_token_id: int, max_length: int, shared_context: bool = False) -> None:
         self.pad_token_id = pad_token_id
         self.max_length = max_length
+        self.shared_context = shared_context
 
     def __call__(self, items: List[Dict[str, Any]]) -> Dict[str, Any]:
         queries = [Query(tuple(context), tuple(c)) for item in items for context, c in item["queries"]]
-        batch = collate_queries(queries, self.pad_token_id, self.max_length)
+        fits = all(len(q.context) + len(q.continuation) <= self.max_length + 1 for q in queries)
+        if self.shared_context and fits:
+            contexts: List[Tuple[int, ...]] = []
+            continuations: List[List[Tuple[int, ...]]] = []
+            for n, query in enumerate(queries):
+                if n == 0 or query.context != queries[n - 1].context:
+                    contexts.append(query.context)
+                    continuations.append([])
+                continuations[-1].append(query.continuation)
+            batch = collate_shared(contexts, continuations, self.pad_token_id)
+        else:
+            batch = collate_queries(queries, self.pad_token_id, self.max_length)
         batch["choice_instance"] = torch.tensor(
             [row for row, item in enumerate(items) for _ in item["queries"]], dtype=torch.long
         )
@@ -76,3 +103,4 @@ class RankClassificationCollator(DataCollator[Dict[str, Any]]):
         )
         batch["labels"] = torch.tensor([item["label"] for item in items], dtype=torch.long)
         return batch
+

@@ -16,7 +16,7 @@ from tango.common.exceptions import ConfigurationError
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .seq2seq import seq2seq_batch_logliks
-from .shared_context import cache_keyword, shared_context_logliks
+from .shared_context import can_share_contexts, collate_shared, shared_context_logliks
 
 
 @dataclass(frozen=True)
@@ -152,19 +152,21 @@ def score_queries(
     for i in range(len(queries)):
         if i not in logliks:
             groups.setdefault(queries[i].context, []).append(i)
-    fits = not lm.config.is_encoder_decoder and _accepts_logits_to_keep(lm) and cache_keyword(lm) is not None
+    fits = can_share_contexts(lm)
 
     def shareable(members: List[int]) -> bool:
         return fits and len(members) > 1 and all(
             len(queries[i].context) + len(queries[i].continuation) <= max_length + 1 for i in members
         )
 
-    # Groups larger than a batch (e.g. every choice after an unconditioned "Answer:") are split.
-    shared = [
-        members[start:start + max_batch_size]
-        for members in groups.values() if shareable(members)
-        for start in range(0, len(members), max_batch_size)
-    ]
+    # Groups larger than a batch (e.g. every choice after an unconditioned "Answer:") are split,
+    # their members ordered by length first, so that each part pads to a length like its own.
+    shared = []
+    for members in groups.values():
+        if shareable(members):
+            if len(members) > max_batch_size:
+                members = sorted(members, key=lambda i: -len(queries[i].continuation))
+            shared += [members[start:start + max_batch_size] for start in range(0, len(members), max_batch_size)]
     single = [i for members in groups.values() if not shareable(members) for i in members]
 
     def record(scored: List[Tuple[int, float]]) -> None:
@@ -184,13 +186,13 @@ def score_queries(
         cost = [len(queries[m[0]].context) + size * max(len(queries[i].continuation) for i in m) for m in alike]
         for batch in budget_batches(cost, max(1, max_batch_size // size), max_batch_tokens):
             members = [alike[g] for g in batch]
-            values = shared_context_logliks(
-                lm,
+            tensors = collate_shared(
                 [queries[m[0]].context for m in members],
                 [[queries[i].continuation for i in m] for m in members],
                 pad_token_id,
             )
-            record([(i, v) for m, vs in zip(members, values) for i, v in zip(m, vs)])
+            values = shared_context_logliks(lm, **{k: v.to(device) for k, v in tensors.items()})
+            record(list(zip([i for m in members for i in m], values.tolist())))
 
     lengths = [len(model_input(queries[i], max_length)[0]) for i in single]
     for batch in budget_batches(lengths, max_batch_size, max_batch_tokens):

@@ -3,11 +3,13 @@
 The context goes through the model once; its key/value cache is then selected once per
 continuation, and only the continuations run through the model again. For 4 choices of 25
 tokens after a 60-token context that is 160 positions instead of 340. The numbers equal the
-plain method's (``scoring.continuation_logliks``) up to float rounding.
+plain method's (``scoring.continuation_logliks``) up to float rounding, and so do the gradients:
+the cache is an ordinary tensor of the autograd graph, so the backward pass through it is exact.
+That is how training uses it (:class:`~.rank_classification.RankClassificationModel`).
 """
 
 import inspect
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -21,6 +23,49 @@ def cache_keyword(lm: PreTrainedModel) -> Optional[str]:
     return next((name for name in ("cache", "past_key_values") if name in parameters), None)
 
 
+def can_share_contexts(lm: PreTrainedModel) -> bool:
+    """Decoder-only models whose forward takes a cache and trims its logits. Not under gradient
+    checkpointing, which turns the cache off in training."""
+    return (
+        not lm.config.is_encoder_decoder
+        and "logits_to_keep" in inspect.signature(lm.forward).parameters
+        and cache_keyword(lm) is not None
+        and not getattr(lm, "is_gradient_checkpointing", False)
+    )
+
+
+def collate_shared(
+    contexts: Sequence[Tuple[int, ...]], continuations: Sequence[Sequence[Tuple[int, ...]]], pad_token_id: int
+) -> Dict[str, torch.Tensor]:
+    """Tensors for :func:`shared_context_logliks`: left-padded contexts (every context ends at the
+    same place), and every group's continuations flattened in order, right-padded after their
+    first token (which the context's last position predicts)."""
+    width = max(len(c) for c in contexts)
+    context_ids = torch.full((len(contexts), width), pad_token_id, dtype=torch.long)
+    context_mask = torch.zeros((len(contexts), width), dtype=torch.long)
+    for row, context in enumerate(contexts):
+        context_ids[row, width - len(context):] = torch.tensor(context)
+        context_mask[row, width - len(context):] = 1
+    flat = [c for conts in continuations for c in conts]
+    rest = max(len(c) for c in flat) - 1
+    inputs = torch.full((len(flat), rest), pad_token_id, dtype=torch.long)
+    targets = torch.zeros((len(flat), rest), dtype=torch.long)
+    mask = torch.zeros((len(flat), rest), dtype=torch.long)
+    for row, c in enumerate(flat):
+        inputs[row, : len(c) - 1] = torch.tensor(c[:-1])
+        targets[row, : len(c) - 1] = torch.tensor(c[1:])
+        mask[row, : len(c) - 1] = 1
+    return {
+        "context_ids": context_ids,
+        "context_mask": context_mask,
+        "group": torch.tensor([g for g, conts in enumerate(continuations) for _ in conts], dtype=torch.long),
+        "first": torch.tensor([c[0] for c in flat], dtype=torch.long),
+        "inputs": inputs,
+        "targets": targets,
+        "mask": mask,
+    }
+
+
 def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     logits = logits.float()
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
@@ -28,21 +73,17 @@ def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
 
 def shared_context_logliks(
     lm: PreTrainedModel,
-    contexts: Sequence[Tuple[int, ...]],
-    continuations: Sequence[Sequence[Tuple[int, ...]]],
-    pad_token_id: int,
-) -> List[List[float]]:
-    """Summed log-likelihood of ``continuations[g][j]`` after ``contexts[g]``, for each group
-    ``g`` of continuations that share a context. Inputs must fit the model's context window."""
+    context_ids: torch.Tensor,
+    context_mask: torch.Tensor,
+    group: torch.Tensor,
+    first: torch.Tensor,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    """Summed log-likelihood of each continuation of a :func:`collate_shared` batch, shape
+    ``[continuations]``. Inputs must fit the model's context window."""
     cache_argument = cache_keyword(lm)
-    device = next(lm.parameters()).device
-    width = max(len(c) for c in contexts)
-    context_ids = torch.full((len(contexts), width), pad_token_id, dtype=torch.long)
-    context_mask = torch.zeros((len(contexts), width), dtype=torch.long)
-    for row, context in enumerate(contexts):  # left padding: every context ends at the same place
-        context_ids[row, width - len(context):] = torch.tensor(context)
-        context_mask[row, width - len(context):] = 1
-    context_ids, context_mask = context_ids.to(device), context_mask.to(device)
     cache = DynamicCache()
     out = lm(
         input_ids=context_ids,
@@ -52,36 +93,15 @@ def shared_context_logliks(
         use_cache=True,
         logits_to_keep=1,
     )
-
-    group = torch.tensor([g for g, conts in enumerate(continuations) for _ in conts], device=device)
-    flat = [c for conts in continuations for c in conts]
-    first = torch.tensor([c[0] for c in flat], device=device)
-    logliks = _token_logprobs(out.logits[:, -1][group], first)  # the first token of each, from the context
-
-    rest = max(len(c) for c in flat) - 1
-    if rest > 0:  # the other tokens, right-padded, attending to the context's cache
-        inputs = torch.full((len(flat), rest), pad_token_id, dtype=torch.long)
-        targets = torch.zeros((len(flat), rest), dtype=torch.long)
-        mask = torch.zeros((len(flat), rest), dtype=torch.long)
-        for row, c in enumerate(flat):
-            inputs[row, : len(c) - 1] = torch.tensor(c[:-1])
-            targets[row, : len(c) - 1] = torch.tensor(c[1:])
-            mask[row, : len(c) - 1] = 1
-        inputs, targets, mask = inputs.to(device), targets.to(device), mask.to(device)
-        cache.batch_select_indices(group)
-        lengths = context_mask.sum(-1)[group]
-        out = lm(
-            input_ids=inputs,
-            attention_mask=torch.cat([context_mask[group], mask], dim=1),
-            position_ids=lengths[:, None] + torch.arange(rest, device=device),
-            **{cache_argument: cache},
-            use_cache=True,
-        )
-        logliks = logliks + _token_logprobs(out.logits, targets).masked_fill(mask == 0, 0.0).sum(-1)
-
-    values = logliks.tolist()
-    result, start = [], 0
-    for conts in continuations:
-        result.append(values[start:start + len(conts)])
-        start += len(conts)
-    return result
+    logliks = _token_logprobs(out.logits[:, -1][group], first)  # each first token, from the context
+    if inputs.shape[1] == 0:
+        return logliks
+    cache.batch_select_indices(group)  # one copy of its context's cache per continuation
+    out = lm(
+        input_ids=inputs,
+        attention_mask=torch.cat([context_mask[group], mask], dim=1),
+        position_ids=context_mask.sum(-1)[group][:, None] + torch.arange(inputs.shape[1], device=inputs.device),
+        **{cache_argument: cache},
+        use_cache=True,
+    )
+    return logliks + _token_logprobs(out.logits, targets).masked_fill(mask == 0, 0.0).sum(-1)

@@ -59,6 +59,7 @@ class TrainingJob:
     strategy: str = "ddp"
     precision: str = "32"
     gradient_checkpointing: bool = False
+    shared_context: bool = True
     # For Tango train callbacks, which observe only.
     callbacks: Optional[List[Lazy[TrainCallback]]] = None
     workspace: Optional[Workspace] = None
@@ -119,7 +120,7 @@ def validate(
 def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
     device = torch.device("cuda", rank) if job.device_type == "cuda" else torch.device("cpu")
     torch.manual_seed(derive_seed(job.plan.seed, "init"))  # for any freshly initialised weights
-    model = RankClassificationModel(job.spec, job.adapter, job.gradient_checkpointing).to(device)
+    model = RankClassificationModel(job.spec, job.adapter, job.gradient_checkpointing, job.shared_context).to(device)
     model.train()  # from_pretrained gives eval mode
     latest = job.checkpoints.latest()
     if latest is not None:
@@ -136,7 +137,7 @@ def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
         schedule.load_state_dict(training_state["schedule"])
         if rank == 0:
             logger.info("Resuming from the checkpoint of step %d (%s)", progress.step, latest)
-    collate = RankClassificationCollator(job.pad_token_id, job.max_length)
+    collate = RankClassificationCollator(job.pad_token_id, job.max_length, model.shares_contexts)
     callbacks = _callbacks(job, rank, world_size, EngineView(trained, optimizer, schedule))
     for callback, state in zip(callbacks, training_state["callbacks"]):
         callback.load_state_dict(state)

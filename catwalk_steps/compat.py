@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from sqlitedict import SqliteDict
-from tango.common import registrable
+from tango.common import registrable, util
 from tango.common.exceptions import ConfigurationError, IntegrationMissingError
 from tango.common.file_lock import FileLock
 from tango.common.registrable import Registrable
@@ -183,3 +183,19 @@ def _save_registered_run_without_clobbering(self, name: str, all_steps: Iterable
 
 
 LocalWorkspace._save_registered_run = _save_registered_run_without_clobbering  # type: ignore[method-assign]
+
+
+_walk_package = util.import_module_and_submodules
+
+
+def _import_package_without_walking_ours(package_name: str, exclude=None, recursive: bool = True) -> None:
+    """``include_package`` imports every submodule of a package, for their registrations. Ours
+    are all made by ``catwalk_steps/__init__.py``, and the walk would also import the modules that
+    train or build models (transformers, peft, sklearn: 3 s), which a run whose steps are all
+    cached never uses. Steps import those where they run."""
+    if package_name.startswith(f"{__package__}."):
+        return
+    _walk_package(package_name, exclude=exclude, recursive=recursive)
+
+
+util.import_module_and_submodules = _import_package_without_walking_ours

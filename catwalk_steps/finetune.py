@@ -2,7 +2,7 @@
 was computed (device count, interruptions)."""
 
 import math
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 import torch
 from tango import Step
@@ -17,10 +17,13 @@ from .models.loading import ModelName, ModelSpec, context_window
 from .models.scoring import encode_pair
 from .tasks import MCInstance, MultipleChoiceTask
 from .training.batches import BatchPlan
-from .training.loop import TrainingJob, train_worker
-from .training.strategies import STRATEGIES
 from .workers import launch, worker_device_type
 from .weights import FinetunedModel, FinetunedModelFormat
+
+if TYPE_CHECKING:
+    from .training.loop import TrainingJob
+
+STRATEGIES = ("ddp", "fsdp")  # see training.strategies
 
 
 PRECISIONS = ("32", "bf16-mixed")
@@ -181,6 +184,8 @@ class FinetuneStep(Step):
             ``tango.integrations.wandb`` in ``include_package`` and ``wandb`` installed). They are
             not in the cache key, so they must only observe training, not change it.
         """
+        from .training.loop import TrainingJob, train_worker  # transformers, peft: only when training
+
         device_type = worker_device_type(device, device_count)
         micro_batch_size = check_batching(batch_size, micro_batch_size, device_count)
         spec = ModelSpec.parse(model, tokenizer=tokenizer, config_overrides=config_overrides or {})
@@ -229,7 +234,7 @@ class FinetuneStep(Step):
         launch(train_worker, device_count, device_type, job, port=distributed_port)
         return self._result(job)
 
-    def _result(self, job: TrainingJob) -> FinetunedModel:
+    def _result(self, job: "TrainingJob") -> FinetunedModel:
         """The best validation's weights (or the last step's) from the training's checkpoints."""
         progress = job.checkpoints.progress()
         best = progress.best

@@ -9,7 +9,6 @@ from tango import Step
 from tango.common.aliases import PathOrStr
 from tango.common.logging import cli_logger
 from tango.format import Format
-from torchmetrics.classification import MulticlassAccuracy
 
 from .atomic import AtomicJsonFormat, replace_atomically
 from .averages import STDERR_SUFFIX, binomial_stderr, macro_average
@@ -44,6 +43,8 @@ def rankings(predictions: List[Dict[str, Any]]) -> List[str]:
 
 def accuracies(predictions: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Each accuracy of ``predictions`` with its binomial standard error, and their count."""
+    from torchmetrics.classification import MulticlassAccuracy  # 4 s to import: only where metrics are computed
+
     labels = torch.tensor([p["label"] for p in predictions])
     metrics: Dict[str, Any] = {}
     for name in rankings(predictions):

@@ -8,19 +8,20 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import torch
 from safetensors.torch import load_file, save_file
 from tango.common.aliases import PathOrStr
 from tango.format import Format
-from transformers import PreTrainedModel
 
 from .atomic import replace_atomically
 from .models.adapters import Adapter, with_adapter_merged
-from .models.lean_loading import model_from_files
 from .models.loading import ModelSpec
 from .tasks.task import sha256_of_file
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 WEIGHTS_FILE = "model.safetensors"
 META_FILE = "model.json"
@@ -73,11 +74,13 @@ class FinetunedModel:
             digest.update(tensor.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()
 
-    def load_model(self, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+    def load_model(self, dtype: torch.dtype = torch.float32) -> "PreTrainedModel":
         """The fine-tuned model, its weights in ``dtype`` (an adapter merged into them)."""
         if self.adapter is not None:
             return with_adapter_merged(self.spec.load_model(dtype), self.adapter, self.state_dict, dtype)
         if self._state_dict is None:
+            from .models.lean_loading import model_from_files
+
             files, aliases = [self.weights_file], self.weights_meta["aliases"]
             return model_from_files(self.spec.load_config(), files, dtype, aliases)
         return self.spec.load_model(dtype, self._state_dict)

@@ -67,3 +67,24 @@ def test_packages_are_recorded_without_pkg_resources(monkeypatch):
     assert ("ai2-tango", "1.3.2") in packages  # keys as pkg_resources wrote them: normalised, lower case
     assert ("huggingface-hub", importlib.metadata.version("huggingface_hub")) in packages
     assert packages == sorted(packages) and len({name for name, _ in packages}) == len(packages)
+
+
+def test_include_package_registers_everything_without_importing_the_heavy_modules():
+    # What `tango run` does with tango.yml's include_package, in a fresh interpreter.
+    script = """
+import json, sys
+from tango.common.util import import_extra_module
+import_extra_module("catwalk_steps")
+from tango import Step
+from catwalk_steps.tasks import MultipleChoiceTask
+heavy = ["transformers.modeling_utils", "peft", "datasets", "torchmetrics", "sklearn", "catwalk_steps.tiny",
+         "catwalk_steps.training.loop"]
+print(json.dumps({"steps": sorted(n for n in Step.list_available() if n.startswith("catwalk::")),
+                  "tasks": len(MultipleChoiceTask.list_available()),
+                  "loaded": [m for m in heavy if m in sys.modules]}))
+"""
+    found = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout)
+    assert found["loaded"] == []
+    assert found["steps"] == ["catwalk::calculate_metrics", "catwalk::export_predictions", "catwalk::finetune",
+                              "catwalk::predict", "catwalk::print_metrics", "catwalk::tabulate_metrics"]
+    assert found["tasks"] >= 14

@@ -7,26 +7,29 @@ what it says. Any field of peft's ``LoraConfig``/``IA3Config`` may be given by i
 ``target_modules`` peft picks its defaults for the architecture (GPT-2: ``c_attn`` for LoRA).
 """
 
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import torch
-from peft import IA3Config, LoraConfig, PeftConfig, PeftModel, get_peft_model
-from peft import set_peft_model_state_dict
 from tango.common.exceptions import ConfigurationError
-from transformers import PreTrainedModel
+
+if TYPE_CHECKING:  # peft is imported where an adapter is built: a cached run never needs it
+    from peft import PeftConfig, PeftModel
+    from transformers import PreTrainedModel
 
 Adapter = Dict[str, Any]
-_CONFIGS = {"lora": LoraConfig, "ia3": IA3Config}
+_KINDS = ("lora", "ia3")
 _SHORT_NAMES = {"lora": {"alpha": "lora_alpha", "dropout": "lora_dropout"}, "ia3": {}}
 _NOT_SETTINGS = {"task_type", "peft_type", "base_model_name_or_path", "revision", "inference_mode", "auto_mapping"}
 
 
-def peft_config(adapter: Adapter, task_type: str = "CAUSAL_LM") -> PeftConfig:
+def peft_config(adapter: Adapter, task_type: str = "CAUSAL_LM") -> "PeftConfig":
     """peft's config for ``adapter``, or a :class:`ConfigurationError` naming what is wrong."""
     kind = adapter.get("type")
-    if kind not in _CONFIGS:
-        raise ConfigurationError(f"adapter type must be one of {sorted(_CONFIGS)}, got {kind!r}")
-    config_class = _CONFIGS[kind]
+    if kind not in _KINDS:
+        raise ConfigurationError(f"adapter type must be one of {sorted(_KINDS)}, got {kind!r}")
+    from peft import IA3Config, LoraConfig
+
+    config_class = {"lora": LoraConfig, "ia3": IA3Config}[kind]
     allowed = set(config_class.__dataclass_fields__) - _NOT_SETTINGS
     settings = {_SHORT_NAMES[kind].get(k, k): v for k, v in adapter.items() if k != "type"}
     unknown = sorted(set(settings) - allowed)
@@ -39,8 +42,10 @@ def peft_config(adapter: Adapter, task_type: str = "CAUSAL_LM") -> PeftConfig:
         raise ConfigurationError(f"Bad {kind} adapter settings {settings}: {e}") from None
 
 
-def add_adapter(lm: PreTrainedModel, adapter: Adapter) -> PeftModel:
+def add_adapter(lm: "PreTrainedModel", adapter: Adapter) -> "PeftModel":
     """``lm`` with a fresh adapter; only the adapter's weights require gradients."""
+    from peft import get_peft_model
+
     try:
         task_type = "SEQ_2_SEQ_LM" if lm.config.is_encoder_decoder else "CAUSAL_LM"
         return get_peft_model(lm, peft_config(adapter, task_type))
@@ -49,6 +54,8 @@ def add_adapter(lm: PreTrainedModel, adapter: Adapter) -> PeftModel:
 
 
 def load_trained_state_dict(lm: torch.nn.Module, state_dict: Dict[str, torch.Tensor]) -> None:
+    from peft import PeftModel, set_peft_model_state_dict
+
     if isinstance(lm, PeftModel):
         result = set_peft_model_state_dict(lm, state_dict)
         missing = [k for k in result.missing_keys if "lora_" in k or "ia3_" in k]
@@ -59,8 +66,8 @@ def load_trained_state_dict(lm: torch.nn.Module, state_dict: Dict[str, torch.Ten
         lm.load_state_dict(state_dict, strict=True)
 
 
-def with_adapter_merged(lm: PreTrainedModel, adapter: Adapter, weights: Dict[str, torch.Tensor],
-                        dtype: Optional[torch.dtype] = None) -> PreTrainedModel:
+def with_adapter_merged(lm: "PreTrainedModel", adapter: Adapter, weights: Dict[str, torch.Tensor],
+                        dtype: Optional[torch.dtype] = None) -> "PreTrainedModel":
     """``lm`` with trained adapter ``weights`` merged into its own (so scoring costs what the
     base model costs)."""
     peft_model = add_adapter(lm, adapter)

@@ -6,14 +6,14 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import torch
 from tango.common.det_hash import CustomDetHash
 from tango.common.exceptions import ConfigurationError
-from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .lean_loading import auto_class, empty_model, fill_model, model_from_files, safetensors_files
+if TYPE_CHECKING:  # transformers is imported where a model is loaded: a cached run never needs it
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 SPEC_PREFIX = "rc::"
 
@@ -101,7 +101,9 @@ class ModelSpec:
         directory = local_directory(name)
         return str(directory) if directory else name
 
-    def load_tokenizer(self) -> PreTrainedTokenizerBase:
+    def load_tokenizer(self) -> "PreTrainedTokenizerBase":
+        from transformers import AutoTokenizer
+
         name = self._source(self.tokenizer or self.pretrained)
         revision = None if self.tokenizer else self.revision
         try:
@@ -114,6 +116,8 @@ class ModelSpec:
         return tokenizer
 
     def load_config(self):
+        from transformers import AutoConfig
+
         name = self._source(self.pretrained)
         try:
             return AutoConfig.from_pretrained(name, revision=self.revision, **self.config_overrides)
@@ -122,12 +126,14 @@ class ModelSpec:
 
     def load_model(
         self, dtype: torch.dtype = torch.float32, state_dict: Optional[Dict[str, torch.Tensor]] = None
-    ) -> PreTrainedModel:
+    ) -> "PreTrainedModel":
         """The pretrained model in ``dtype`` (an ``AutoModelForSeq2SeqLM`` for encoder-decoder
         configs such as T5, else an ``AutoModelForCausalLM``), or, given ``state_dict`` (e.g.
         fine-tuned weights), the model of this spec's config holding exactly those weights: the
         base weights are never read then. Local safetensors weights are read once, in ``dtype``
         (see :mod:`.lean_loading`); hub models load through ``from_pretrained`` in ``dtype``."""
+        from .lean_loading import auto_class, empty_model, fill_model, model_from_files, safetensors_files
+
         config = self.load_config()
         if state_dict is not None:
             # Copies, also in the same dtype: tensors read by safetensors can sit at unaligned

@@ -9,14 +9,16 @@ over-long inputs are cut from the left.
 
 import inspect
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from tango.common.exceptions import ConfigurationError
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .seq2seq import seq2seq_batch_logliks
 from .shared_context import can_share_contexts, collate_shared, shared_context_logliks
+
+if TYPE_CHECKING:  # imported where models are loaded
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,7 @@ class Query:
     continuation: Tuple[int, ...]
 
 
-def encode_pair(tokenizer: PreTrainedTokenizerBase, context: str, continuation: str) -> Query:
+def encode_pair(tokenizer: "PreTrainedTokenizerBase", context: str, continuation: str) -> Query:
     stripped = context.rstrip()
     continuation = context[len(stripped):] + continuation
     context_ids = tokenizer.encode(stripped, add_special_tokens=False)
@@ -79,12 +81,12 @@ def collate_queries(queries: Sequence[Query], pad_token_id: int, max_length: int
     }
 
 
-def _accepts_logits_to_keep(lm: PreTrainedModel) -> bool:
+def _accepts_logits_to_keep(lm: "PreTrainedModel") -> bool:
     return "logits_to_keep" in inspect.signature(lm.forward).parameters
 
 
 def continuation_logliks(
-    lm: PreTrainedModel,
+    lm: "PreTrainedModel",
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
@@ -126,7 +128,7 @@ def budget_batches(lengths: Sequence[int], max_batch_size: int, max_batch_tokens
 
 @torch.inference_mode()
 def score_queries(
-    lm: PreTrainedModel,
+    lm: "PreTrainedModel",
     queries: Sequence[Query],
     *,
     pad_token_id: int,

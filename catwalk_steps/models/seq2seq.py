@@ -10,10 +10,12 @@ is appended to both here, and a continuation's log-likelihood includes it (endin
 there, the convention of T0's and catwalk's rank classification).
 """
 
-from typing import Dict, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Sequence, Tuple
 
 import torch
-from transformers import PreTrainedModel
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def _right_padded(rows: Sequence[Sequence[int]], device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -27,7 +29,7 @@ def _right_padded(rows: Sequence[Sequence[int]], device: torch.device) -> Tuple[
 
 
 def seq2seq_logliks(
-    lm: PreTrainedModel, contexts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]
+    lm: "PreTrainedModel", contexts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]
 ) -> torch.Tensor:
     """Summed log-likelihood of ``continuations[i]`` + EOS given ``contexts[i]`` + EOS, shape
     ``[len(contexts)]``. Each distinct context goes through the encoder once."""
@@ -54,7 +56,7 @@ def seq2seq_logliks(
 
 
 def seq2seq_batch_logliks(
-    lm: PreTrainedModel,
+    lm: "PreTrainedModel",
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     targets: torch.Tensor,

@@ -9,13 +9,15 @@ That is how training uses it (:class:`~.rank_classification.RankClassificationMo
 """
 
 import inspect
-from typing import Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
-def cache_keyword(lm: PreTrainedModel) -> Optional[str]:
+def cache_keyword(lm: "PreTrainedModel") -> Optional[str]:
     """The argument ``lm.forward`` takes a key/value cache as: ``cache`` in newer transformers 5
     releases (where ``past_key_values`` warns, and goes in 5.40), ``past_key_values`` in 4.57 and
     early 5.x, which take no ``cache`` (4.57 would swallow it unused into ``**kwargs``)."""
@@ -23,7 +25,7 @@ def cache_keyword(lm: PreTrainedModel) -> Optional[str]:
     return next((name for name in ("cache", "past_key_values") if name in parameters), None)
 
 
-def can_share_contexts(lm: PreTrainedModel) -> bool:
+def can_share_contexts(lm: "PreTrainedModel") -> bool:
     """Decoder-only models whose forward takes a cache and trims its logits. Not under gradient
     checkpointing, which turns the cache off in training."""
     return (
@@ -72,7 +74,7 @@ def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
 
 
 def shared_context_logliks(
-    lm: PreTrainedModel,
+    lm: "PreTrainedModel",
     context_ids: torch.Tensor,
     context_mask: torch.Tensor,
     group: torch.Tensor,
@@ -83,6 +85,8 @@ def shared_context_logliks(
 ) -> torch.Tensor:
     """Summed log-likelihood of each continuation of a :func:`collate_shared` batch, shape
     ``[continuations]``. Inputs must fit the model's context window."""
+    from transformers import DynamicCache
+
     cache_argument = cache_keyword(lm)
     cache = DynamicCache()
     out = lm(

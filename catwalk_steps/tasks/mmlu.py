@@ -1,9 +1,11 @@
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
-import datasets
 from tango.common.exceptions import ConfigurationError
 
 from .task import DataError, MCInstance, MultipleChoiceTask, Row
+
+if TYPE_CHECKING:
+    import datasets
 
 SUBJECTS = (
     "abstract_algebra anatomy astronomy business_ethics clinical_knowledge college_biology college_chemistry "
@@ -57,7 +59,7 @@ class MmluTask(MultipleChoiceTask):
     def settings(self) -> Any:
         return self.subjects
 
-    def row_numbers(self, rows: datasets.Dataset, source: str) -> List[int]:
+    def row_numbers(self, rows: "datasets.Dataset", source: str) -> List[int]:
         if self.GROUP_FIELD not in rows.column_names:
             raise DataError(f"{source}: MMLU rows need a '{self.GROUP_FIELD}' field")
         numbers = []

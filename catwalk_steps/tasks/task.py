@@ -3,15 +3,17 @@
 import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import datasets
 from tango.common import Registrable
 from tango.common.det_hash import CustomDetHash
 from tango.common.exceptions import ConfigurationError
 
 from .fewshot import SEPARATOR, add_demonstrations
 from .formulation import lettered, without_answer_cue
+
+if TYPE_CHECKING:  # datasets is imported where rows are loaded: a cached run never needs it
+    import datasets
 
 
 @dataclass(frozen=True)
@@ -217,11 +219,11 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
             instances = add_demonstrations(self, split, numbers, instances)
         return instances
 
-    def row_numbers(self, rows: datasets.Dataset, source: str) -> List[int]:
+    def row_numbers(self, rows: "datasets.Dataset", source: str) -> List[int]:
         """Which rows of a split make instances: all of them, unless a task selects some."""
         return list(range(len(rows)))
 
-    def instance(self, rows: datasets.Dataset, source: str, split: str, number: int) -> MCInstance:
+    def instance(self, rows: "datasets.Dataset", source: str, split: str, number: int) -> MCInstance:
         """Row ``number`` (0-based) of ``split`` as a zero-shot instance in this task's formulation."""
         row = Row(rows[number], source, number + 1)
         instance = self.row_to_instance(row, f"{split}/{number}")
@@ -234,8 +236,9 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
         group = row.get(self.GROUP_FIELD) if self.GROUP_FIELD else None
         return replace(instance, description=self.description(row), group=group)
 
-    def load_rows(self, split: str) -> Tuple[datasets.Dataset, str]:
+    def load_rows(self, split: str) -> Tuple["datasets.Dataset", str]:
         """The rows of ``split`` and a name for where they come from (for error messages)."""
+        import datasets
         if self.data_files:
             if split not in self.data_files:
                 raise ConfigurationError(

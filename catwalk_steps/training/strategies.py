@@ -20,7 +20,6 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..models.rank_classification import RankClassificationModel
 
-STRATEGIES = ("ddp", "fsdp")
 _FULL_ON_RANK0 = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 

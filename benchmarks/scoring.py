@@ -222,32 +222,41 @@ def scoring_table(directory: Path, count: int, repeats: int, scorers=SCORERS) ->
                   f"{flops / 1e9:.1f} | {flops / peak_flops:.0%} | {useful_rate / 1e9:.1f} | {useful_rate / peak_flops:.0%} |")
 
 
-def plain_loop(spec, examples, batch_size: int, epochs: int, lr: float, shared_context: bool = False) -> float:
-    """nanoGPT-style: the same model, optimizer, schedule and batch order, no framework; every
-    (context, choice) pair encoded on its own unless ``shared_context``."""
+def plain_loops(spec, examples, batch_size: int, epochs: int, lr: float) -> dict:
+    """nanoGPT-style loops, no framework: the same initial model, optimizer, schedule and batches,
+    one encoding every (context, choice) pair, one sharing contexts. They run in lockstep, a step
+    of one then a step of the other, so that a machine that speeds up or slows down during the run
+    moves both alike; examples/s of each."""
     from torch.utils.data import DataLoader
     from transformers import get_linear_schedule_with_warmup
 
     from catwalk_steps.models.rank_classification import RankClassificationCollator, RankClassificationModel
 
-    torch.manual_seed(42)
-    model = RankClassificationModel(spec, shared_context=shared_context).train()
-    collate = RankClassificationCollator(spec.load_tokenizer().pad_token_id, 512, model.shares_contexts)
-    loader = DataLoader(examples, batch_size=batch_size, drop_last=True, shuffle=True,
-                        generator=torch.Generator().manual_seed(42), collate_fn=collate)
-    steps = len(loader) * epochs
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    schedule = get_linear_schedule_with_warmup(optimizer, int(0.1 * steps + 0.999), steps)
-    start = time.perf_counter()
+    pad = spec.load_tokenizer().pad_token_id
+    loops = {}
+    for shared in (False, True):
+        torch.manual_seed(42)
+        model = RankClassificationModel(spec, shared_context=shared).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+        steps = len(examples) // batch_size * epochs
+        loops[shared] = (model, optimizer, get_linear_schedule_with_warmup(optimizer, int(0.1 * steps + 0.999), steps),
+                         RankClassificationCollator(pad, 512, model.shares_contexts))
+    seconds = {False: 0.0, True: 0.0}
+    order = DataLoader(examples, batch_size=batch_size, drop_last=True, shuffle=True,
+                       generator=torch.Generator().manual_seed(42), collate_fn=list)
     for _ in range(epochs):
-        for batch in loader:
-            loss = model(**batch)["loss"]
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-    return steps * batch_size / (time.perf_counter() - start)
+        for items in order:
+            for shared, (model, optimizer, schedule, collate) in loops.items():
+                start = time.perf_counter()
+                loss = model(**collate(items))["loss"]
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                schedule.step()
+                seconds[shared] += time.perf_counter() - start
+    trained = len(examples) // batch_size * batch_size * epochs
+    return {shared: trained / seconds[shared] for shared in seconds}
 
 
 class LoopTimer:
@@ -300,9 +309,10 @@ def training_table(directory: Path, epochs: int, limit: int, batch_size: int = 1
     print("|---|---|---|---|")
     for name, task in training_tasks(directory, limit).items():
         examples = tokenized_examples(spec.load_tokenizer(), task.instances("train", limit), desc="Tokenizing")
+        plain = plain_loops(spec, examples, batch_size, epochs, lr)
         rates = {
-            "plain torch loop, every (context, choice) pair encoded": plain_loop(spec, examples, batch_size, epochs, lr),
-            "plain torch loop, shared contexts": plain_loop(spec, examples, batch_size, epochs, lr, shared_context=True),
+            "plain torch loop, every (context, choice) pair encoded": plain[False],
+            "plain torch loop, shared contexts (in lockstep with the one above)": plain[True],
         }
         for shared in (True, False):
             with tempfile.TemporaryDirectory() as workspace:

@@ -6,4 +6,4 @@
 local lib = import "lib.libsonnet";
 local tiny = import "tiny.libsonnet";
 
-{ steps: lib.suite("core", models={ tiny: tiny.models.tiny }, shots=[0, 5], tasks=tiny.core) }
+{ steps: lib.suite("core", models={ tiny: tiny.models.tiny }, shots=[0, 5], tasks=tiny.core, predict=tiny.predict) }

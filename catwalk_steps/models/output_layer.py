@@ -27,6 +27,18 @@ _CHUNK_LOGITS = 2**22
 _checked: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()
 
 
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Log-probability of each target under ``logits`` (``[..., vocabulary]``), in float32: the
+    target's logit is gathered before normalising, so no log-softmax is materialised."""
+    logits = logits.float()
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+
+
+def masked_logprob_sums(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``[batch]``: each row's summed :func:`token_logprobs` where ``mask`` is set."""
+    return token_logprobs(logits, targets).masked_fill(~mask.bool(), 0.0).sum(-1)
+
+
 def output_layer(lm: "PreTrainedModel") -> Optional[torch.nn.Module]:
     """``lm``'s output layer if its logits are that layer applied to the hidden states of
     ``lm.base_model``, else ``None``. Checked once per model (in eval mode, without gradients)."""
@@ -84,8 +96,7 @@ def target_logprob_sums(
     step = max(1, _CHUNK_LOGITS // lm.config.vocab_size)
     pieces = []
     for start in range(0, len(selected), step):
-        logits = head(selected[start:start + step]).float()
-        pieces.append(logits.gather(-1, wanted[start:start + step, None]).squeeze(-1) - logits.logsumexp(-1))
+        pieces.append(token_logprobs(head(selected[start:start + step]), wanted[start:start + step]))
     logprobs = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)
     if pieces:
         logprobs = logprobs.index_put((rows, columns), torch.cat(pieces))

@@ -19,8 +19,8 @@ from tango.integrations.torch import DataCollator, Model
 
 from .adapters import Adapter, add_adapter
 from .loading import ModelSpec
-from .scoring import Query, collate_queries, continuation_logliks
 from .output_layer import output_layer
+from .scoring import Query, collate_queries, continuation_logliks
 from .shared_context import can_share_contexts, collate_shared, shared_context_logliks
 
 
@@ -105,4 +105,3 @@ class RankClassificationCollator(DataCollator[Dict[str, Any]]):
         )
         batch["labels"] = torch.tensor([item["label"] for item in items], dtype=torch.long)
         return batch
-

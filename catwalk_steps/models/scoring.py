@@ -7,7 +7,6 @@ whitespace moves to the continuation, the continuation's tokens are the tail of 
 over-long inputs are cut from the left.
 """
 
-import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -15,8 +14,8 @@ import torch
 from tango.common.exceptions import ConfigurationError
 
 from .seq2seq import seq2seq_batch_logliks
-from .output_layer import hidden_states, output_layer, target_logprob_sums
-from .shared_context import can_share_contexts, collate_shared, shared_context_logliks
+from .output_layer import hidden_states, masked_logprob_sums, output_layer, target_logprob_sums
+from .shared_context import accepts_logits_to_keep, can_share_contexts, collate_shared, shared_context_logliks
 
 if TYPE_CHECKING:  # imported where models are loaded
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -82,10 +81,6 @@ def collate_queries(queries: Sequence[Query], pad_token_id: int, max_length: int
     }
 
 
-def _accepts_logits_to_keep(lm: "PreTrainedModel") -> bool:
-    return "logits_to_keep" in inspect.signature(lm.forward).parameters
-
-
 def continuation_logliks(
     lm: "PreTrainedModel",
     input_ids: torch.Tensor,
@@ -106,13 +101,11 @@ def continuation_logliks(
     if output_layer(lm) is not None:  # logits at real targets only, not at the padding
         hidden = hidden_states(lm, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
         return target_logprob_sums(lm, hidden[:, -width:], targets, target_mask)
-    kwargs = {"logits_to_keep": width} if _accepts_logits_to_keep(lm) else {}
+    kwargs = {"logits_to_keep": width} if accepts_logits_to_keep(lm) else {}
     logits = lm(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **kwargs
-    ).logits[:, -width:].float()
-    target_logits = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    token_logprobs = target_logits - logits.logsumexp(-1)
-    return token_logprobs.masked_fill(~target_mask, 0.0).sum(-1)
+    ).logits[:, -width:]
+    return masked_logprob_sums(logits, targets, target_mask)
 
 
 def budget_batches(lengths: Sequence[int], max_batch_size: int, max_batch_tokens: int) -> Iterator[List[int]]:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Dict, List, Sequence, Tuple
 
 import torch
 
+from .output_layer import masked_logprob_sums
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
@@ -50,9 +52,8 @@ def seq2seq_logliks(
         decoder_input_ids=torch.cat([start, targets[:, :-1]], dim=1),
         decoder_attention_mask=torch.cat([torch.ones_like(start), target_mask[:, :-1]], dim=1),
         use_cache=False,
-    ).logits.float()
-    token_logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
-    return token_logprobs.masked_fill(target_mask == 0, 0.0).sum(-1)
+    ).logits
+    return masked_logprob_sums(logits, targets, target_mask)
 
 
 def seq2seq_batch_logliks(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
 import torch
 
-from .output_layer import hidden_states, output_layer, target_logprob_sums
+from .output_layer import hidden_states, masked_logprob_sums, output_layer, target_logprob_sums, token_logprobs
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -27,12 +27,16 @@ def cache_keyword(lm: "PreTrainedModel") -> Optional[str]:
     return next((name for name in ("cache", "past_key_values") if name in parameters), None)
 
 
+def accepts_logits_to_keep(lm: "PreTrainedModel") -> bool:
+    return "logits_to_keep" in inspect.signature(lm.forward).parameters
+
+
 def can_share_contexts(lm: "PreTrainedModel") -> bool:
     """Decoder-only models whose forward takes a cache and trims its logits. Not under gradient
     checkpointing, which turns the cache off in training."""
     return (
         not lm.config.is_encoder_decoder
-        and "logits_to_keep" in inspect.signature(lm.forward).parameters
+        and accepts_logits_to_keep(lm)
         and cache_keyword(lm) is not None
         and not getattr(lm, "is_gradient_checkpointing", False)
     )
@@ -70,11 +74,6 @@ def collate_shared(
     }
 
 
-def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    logits = logits.float()
-    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
-
-
 def shared_context_logliks(
     lm: "PreTrainedModel",
     context_ids: torch.Tensor,
@@ -99,7 +98,7 @@ def shared_context_logliks(
         use_cache=True,
         logits_to_keep=1,
     )
-    logliks = _token_logprobs(out.logits[:, -1][group], first)  # each first token, from the context
+    logliks = token_logprobs(out.logits[:, -1][group], first)  # each first token, from the context
     if inputs.shape[1] == 0:
         return logliks
     cache.batch_select_indices(group)  # one copy of its context's cache per continuation
@@ -111,4 +110,4 @@ def shared_context_logliks(
     if output_layer(lm) is not None:  # logits at real targets only, not at the padding
         return logliks + target_logprob_sums(lm, hidden_states(lm, cache, **continued), targets, mask)
     out = lm(**continued, **{cache_argument: cache}, use_cache=True)
-    return logliks + _token_logprobs(out.logits, targets).masked_fill(mask == 0, 0.0).sum(-1)
+    return logliks + masked_logprob_sums(out.logits, targets, mask)

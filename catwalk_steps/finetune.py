@@ -164,7 +164,8 @@ class FinetuneStep(Step):
             about a third more compute).
         :param shared_context: encode each instance's context once for all its choices, in the
             forward and the backward pass: the loss and gradients of encoding every (context,
-            choice) pair, for less work (1.3-1.9x the examples/s, docs/benchmarks.md). Under dropout
+            choice) pair, for less work (measured 1.06-2.95x the examples/s, docs/benchmarks.md:
+            the more, the longer the contexts and the larger the model). Under dropout
             the choices share the context's dropout mask, so the setting is in the cache key. Off
             with gradient checkpointing and for encoder-decoder models.
         :param batch_size: instances per optimizer step, over all devices and micro-batches. Each

@@ -117,7 +117,7 @@ def cache_sizes(root: Path) -> None:
 
     from catwalk_steps.models.adapters import add_adapter
     from catwalk_steps.models.loading import ModelSpec
-    from catwalk_steps.weights import save_state_dict
+    from catwalk_steps.storage.weights import save_state_dict
 
     spec = ModelSpec.parse(f"rc::{gpt2(root / 'gpt2-small', 12, 768, 12)}")
     full = root / "full.safetensors"

@@ -1,13 +1,22 @@
-"""Tango steps that fine-tune and evaluate causal LMs as rank-classification models."""
+"""Tango steps that fine-tune and evaluate language models as rank-classification models.
 
-from . import compat  # noqa: F401  (patches Tango; must come first)
-from .atomic import AtomicJsonFormat
-from .export import ExportPredictionsStep
-from .finetune import FinetuneStep
-from .metrics import CalculateMetricsStep, PrintMetricsStep, TabulateMetricsStep
-from .predict import PredictStep
+The layers, from the top (each imports only from the ones below it; see docs/architecture.md):
+``steps`` (the registered Tango steps) -> ``training``, ``prediction`` -> ``distributed`` ->
+``models``, ``tasks``, ``reports`` -> ``storage``. ``tango_fixes`` patches Tango 1.3.2.
+"""
+
+from . import tango_fixes  # noqa: F401  (patches Tango; must come first)
+from .models.finetuned import FinetunedModel, FinetunedModelFormat
+from .steps import (
+    CalculateMetricsStep,
+    ExportPredictionsStep,
+    FinetuneStep,
+    PredictStep,
+    PrintMetricsStep,
+    TabulateMetricsStep,
+)
+from .storage.atomic import AtomicJsonFormat
 from .tasks import MCInstance, MultipleChoiceTask, PiqaTask
-from .weights import FinetunedModel, FinetunedModelFormat
 
 __all__ = [
     "AtomicJsonFormat",

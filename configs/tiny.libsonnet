@@ -1,5 +1,5 @@
 // The offline demo's models, tasks and fine-tuning settings (data/tiny, built by
-// `python -m catwalk_steps.tiny data/tiny`), shared by the tiny configs.
+// `python tools/build_tiny_data.py data/tiny`), shared by the tiny configs.
 {
   models: { tiny: "rc::data/tiny/model", "tiny-small": "rc::data/tiny/model-small" },
   piqa: {

@@ -9,7 +9,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import CalculateMetricsStep, FinetuneStep, PredictStep
-from catwalk_steps.models import lean_loading
+from catwalk_steps.models import streaming
 
 from .conftest import NO_DROPOUT, TINY, TINY_MODEL
 
@@ -94,13 +94,13 @@ def test_loading_fine_tuned_weights_never_reads_the_base_weights(tiny_task, work
     step.result(workspace)
     finetuned = LocalWorkspace(workspace.dir).step_cache[step]
     read = []
-    real = lean_loading.read_tensors
+    real = streaming.read_tensors
 
     def recording(path, dtype):
         read.append(path)
         return real(path, dtype)
 
-    monkeypatch.setattr(lean_loading, "read_tensors", recording)
+    monkeypatch.setattr(streaming, "read_tensors", recording)
     for dtype in (torch.float32, torch.bfloat16):
         lm = finetuned.load_model(dtype)
         assert {p.dtype for p in lm.parameters()} == {dtype}

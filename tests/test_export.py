@@ -6,8 +6,8 @@ from tango.common.exceptions import ConfigurationError
 from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import ExportPredictionsStep
-from catwalk_steps.charts import binomial_stderr, stderr_of
-from catwalk_steps.tables import MetricsTable
+from catwalk_steps.reports.charts import binomial_stderr, stderr_of
+from catwalk_steps.reports.tables import MetricsTable
 
 from .test_metrics import PREDICTIONS
 

@@ -4,8 +4,8 @@ import pytest
 from tango.common.exceptions import ConfigurationError
 
 from catwalk_steps import CalculateMetricsStep, TabulateMetricsStep
-from catwalk_steps.metrics import MetricsTableFormat
-from catwalk_steps.tables import MetricsTable
+from catwalk_steps.steps.metrics import MetricsTableFormat
+from catwalk_steps.reports.tables import MetricsTable
 
 PREDICTIONS = [
     # summed log-likelihood picks choice 0, per character choice 1, per token choice 1; gold 1
@@ -29,7 +29,7 @@ def test_each_accuracy_ranks_by_its_own_normalisation():
 def test_stderr_is_lm_evaluation_harness_s():
     from lm_eval.api.metrics import mean_stderr
 
-    from catwalk_steps.averages import binomial_stderr
+    from catwalk_steps.reports.averages import binomial_stderr
 
     outcomes = [1, 0, 0, 1, 1, 1, 0, 1, 1, 1, 0]
     assert binomial_stderr(sum(outcomes) / len(outcomes), len(outcomes)) == pytest.approx(mean_stderr(outcomes))

@@ -138,7 +138,7 @@ def test_prediction_killed_resumes_in_a_new_run(tmp_path):
 def test_killed_while_writing_a_result_leaves_no_cache_entry(tmp_path):
     script = f"""
 import os, signal
-import catwalk_steps.atomic as atomic
+import catwalk_steps.storage.atomic as atomic
 from catwalk_steps import PredictStep, PiqaTask
 from tango.workspaces import LocalWorkspace
 

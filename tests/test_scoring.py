@@ -131,7 +131,7 @@ class CacheNamedCache(torch.nn.Module):
 
 
 def test_shared_context_passes_the_cache_under_the_name_forward_takes(tiny):
-    from catwalk_steps.models.shared_context import cache_keyword
+    from catwalk_steps.models.forward_signature import cache_keyword
 
     tokenizer, lm = tiny
     renamed = CacheNamedCache(lm)

@@ -13,8 +13,9 @@ from catwalk_steps.training import checkpoints as checkpoints_module
 from catwalk_steps.training.batches import BatchPlan
 from catwalk_steps.training.checkpoints import CheckpointStore, Progress
 from catwalk_steps.training.seeds import derive_seed
-from catwalk_steps.weights import load_state_dict
-from catwalk_steps.workers import available_cpus, launch, worker_device_type
+from catwalk_steps.storage.weights import load_state_dict
+from catwalk_steps.distributed.devices import available_cpus, worker_device_type
+from catwalk_steps.distributed.launch import launch
 
 
 @pytest.mark.parametrize("num_examples", [32, 37, 101])

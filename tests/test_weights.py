@@ -6,7 +6,8 @@ from transformers import AutoModelForCausalLM
 
 from catwalk_steps import FinetunedModel, FinetunedModelFormat
 from catwalk_steps.models.loading import ModelSpec
-from catwalk_steps.weights import WEIGHTS_FILE, CorruptCacheError
+from catwalk_steps.models.finetuned import WEIGHTS_FILE
+from catwalk_steps.storage.weights import CorruptCacheError
 
 from .conftest import TINY, TINY_MODEL
 

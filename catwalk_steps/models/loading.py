@@ -3,7 +3,6 @@
 once in the dtype it is used in."""
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional
@@ -11,6 +10,8 @@ from typing import TYPE_CHECKING, Any, Dict, Optional
 import torch
 from tango.common.det_hash import CustomDetHash
 from tango.common.exceptions import ConfigurationError
+
+from ..storage.hashing import remembered_sha256_of_file
 
 if TYPE_CHECKING:  # transformers is imported where a model is loaded: a cached run never needs it
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -25,29 +26,12 @@ def local_directory(name: str) -> Optional[Path]:
 
 def directory_fingerprint(directory: Path) -> str:
     """A digest of every file in a local model directory, so that editing a model in place
-    changes the cache keys of what uses it. Files are hashed once per (size, mtime): the digests
-    are remembered in ``~/.cache/catwalk_steps/file-hashes.json``."""
-    from ..tasks.task import sha256_of_file  # tasks import models; avoid a cycle at import time
-
-    memo_path = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "catwalk_steps" / "file-hashes.json"
-    try:
-        memo = json.loads(memo_path.read_text())
-    except (OSError, ValueError):
-        memo = {}
-    digests = {}
-    for path in sorted(p for p in directory.rglob("*") if p.is_file() and not p.name.startswith(".")):
-        stat = path.stat()
-        key = f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
-        if key not in memo:
-            memo[key] = sha256_of_file(path)
-        digests[str(path.relative_to(directory))] = memo[key]
-    try:
-        memo_path.parent.mkdir(parents=True, exist_ok=True)
-        temp = memo_path.with_name(f"{memo_path.name}.{os.getpid()}.tmp")
-        temp.write_text(json.dumps(memo))
-        os.replace(temp, memo_path)
-    except OSError:
-        pass  # only a memo
+    changes the cache keys of what uses it. Each file is hashed once per process (while its size
+    and mtime stay), however many steps name the directory."""
+    digests = {
+        str(path.relative_to(directory)): remembered_sha256_of_file(path)
+        for path in sorted(p for p in directory.rglob("*") if p.is_file() and not p.name.startswith("."))
+    }
     return json.dumps(digests, sort_keys=True)
 
 
@@ -131,8 +115,8 @@ class ModelSpec:
         configs such as T5, else an ``AutoModelForCausalLM``), or, given ``state_dict`` (e.g.
         fine-tuned weights), the model of this spec's config holding exactly those weights: the
         base weights are never read then. Local safetensors weights are read once, in ``dtype``
-        (see :mod:`.lean_loading`); hub models load through ``from_pretrained`` in ``dtype``."""
-        from .lean_loading import auto_class, empty_model, fill_model, model_from_files, safetensors_files
+        (see :mod:`.streaming`); hub models load through ``from_pretrained`` in ``dtype``."""
+        from .streaming import auto_class, empty_model, fill_model, model_from_files, safetensors_files
 
         config = self.load_config()
         if state_dict is not None:

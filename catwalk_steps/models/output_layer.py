@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Optional
 
 import torch
 
+from .forward_signature import cache_keyword
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
@@ -42,8 +44,6 @@ def masked_logprob_sums(logits: torch.Tensor, targets: torch.Tensor, mask: torch
 def output_layer(lm: "PreTrainedModel") -> Optional[torch.nn.Module]:
     """``lm``'s output layer if its logits are that layer applied to the hidden states of
     ``lm.base_model``, else ``None``. Checked once per model (in eval mode, without gradients)."""
-    from .shared_context import cache_keyword  # which uses this module
-
     head = lm.get_output_embeddings() if hasattr(lm, "get_output_embeddings") else None
     if lm not in _checked:
         plain = (
@@ -74,8 +74,6 @@ def _same_logits(lm: "PreTrainedModel", head: torch.nn.Module) -> bool:
 
 def hidden_states(lm: "PreTrainedModel", cache=None, **inputs: torch.Tensor) -> torch.Tensor:
     """The last hidden states of ``lm.base_model`` for ``inputs`` (extending ``cache`` if given)."""
-    from .shared_context import cache_keyword
-
     if cache is not None:
         inputs = {**inputs, cache_keyword(lm.base_model): cache, "use_cache": True}
     else:

@@ -15,7 +15,8 @@ from tango.common.exceptions import ConfigurationError
 
 from .seq2seq import seq2seq_batch_logliks
 from .output_layer import hidden_states, masked_logprob_sums, output_layer, target_logprob_sums
-from .shared_context import accepts_logits_to_keep, can_share_contexts, collate_shared, shared_context_logliks
+from .forward_signature import accepts_logits_to_keep
+from .shared_context import can_share_contexts, collate_shared, shared_context_logliks
 
 if TYPE_CHECKING:  # imported where models are loaded
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

@@ -8,27 +8,15 @@ the cache is an ordinary tensor of the autograd graph, so the backward pass thro
 That is how training uses it (:class:`~.rank_classification.RankClassificationModel`).
 """
 
-import inspect
 from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
 import torch
 
+from .forward_signature import accepts_logits_to_keep, cache_keyword
 from .output_layer import hidden_states, masked_logprob_sums, output_layer, target_logprob_sums, token_logprobs
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-
-def cache_keyword(lm: "PreTrainedModel") -> Optional[str]:
-    """The argument ``lm.forward`` takes a key/value cache as: ``cache`` in newer transformers 5
-    releases (where ``past_key_values`` warns, and goes in 5.40), ``past_key_values`` in 4.57 and
-    early 5.x, which take no ``cache`` (4.57 would swallow it unused into ``**kwargs``)."""
-    parameters = inspect.signature(lm.forward).parameters
-    return next((name for name in ("cache", "past_key_values") if name in parameters), None)
-
-
-def accepts_logits_to_keep(lm: "PreTrainedModel") -> bool:
-    return "logits_to_keep" in inspect.signature(lm.forward).parameters
 
 
 def can_share_contexts(lm: "PreTrainedModel") -> bool:

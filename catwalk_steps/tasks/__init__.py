@@ -6,7 +6,8 @@ from .piqa import PiqaTask
 from .sciq import SciQTask
 from .siqa import SocialIQaTask
 from .superglue import BoolQTask, CopaTask
-from .task import DataError, MCInstance, MultipleChoiceTask, Row
+from .instance import DataError, MCInstance, Row
+from .task import MultipleChoiceTask
 from .template import TemplateTask
 from .winogrande import WinograndeTask
 

@@ -9,12 +9,11 @@ document order, so a document's prompt there depends on the documents before it.
 
 import random
 from dataclasses import replace
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 from tango.common.exceptions import ConfigurationError
 
-if TYPE_CHECKING:
-    from .task import MCInstance, MultipleChoiceTask
+from .instance import MCInstance
 
 #: What joins demonstrations to each other and to the evaluated context (lm-evaluation-harness's
 #: default ``fewshot_delimiter``).
@@ -27,9 +26,25 @@ def choose(pool: List[int], k: int, exclude: Optional[int], sampler: str, seed: 
     return [number for number in drawn if number != exclude][:k]
 
 
+class DemonstrationSource(Protocol):
+    """What :func:`add_demonstrations` reads of a task (a :class:`~.task.MultipleChoiceTask`)."""
+
+    GROUP_FIELD: Optional[str]
+    FEWSHOT_SAMPLER: str
+    num_shots: int
+    fewshot_split: str
+    fewshot_seed: Any
+
+    def load_rows(self, split: str) -> Tuple[Any, str]: ...
+
+    def row_numbers(self, rows: Any, source: str) -> List[int]: ...
+
+    def instance(self, rows: Any, source: str, split: str, number: int) -> MCInstance: ...
+
+
 def add_demonstrations(
-    task: "MultipleChoiceTask", split: str, numbers: List[int], instances: List["MCInstance"]
-) -> List["MCInstance"]:
+    task: DemonstrationSource, split: str, numbers: List[int], instances: List[MCInstance]
+) -> List[MCInstance]:
     """``instances`` (of rows ``numbers`` of ``split``) with ``task.num_shots`` demonstrations
     from ``task.fewshot_split`` before each context (and each choice context), joined by
     :data:`SEPARATOR`. An instance of the few-shot split never demonstrates itself; with

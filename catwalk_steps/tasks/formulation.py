@@ -14,10 +14,8 @@ CommonsenseQA prompts'.
 """
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .task import MCInstance
+from .instance import MCInstance
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 ANSWER_CUE = "Answer:"
@@ -28,7 +26,7 @@ def without_answer_cue(context: str) -> str:
     return context[: -len(ANSWER_CUE)].rstrip() if context.endswith(ANSWER_CUE) else context.rstrip()
 
 
-def lettered(cloze: "MCInstance", question: str) -> "MCInstance":
+def lettered(cloze: MCInstance, question: str) -> MCInstance:
     """The ``mc`` form of a cloze instance: ``question``, one ``"X. answer"`` line per choice,
     ``Answer:``; the continuations are the letters."""
     if cloze.choice_contexts is not None:

@@ -1,6 +1,7 @@
 import re
 
-from .task import MCInstance, MultipleChoiceTask, Row
+from .instance import MCInstance, Row
+from .task import MultipleChoiceTask
 
 
 def clean(text: str) -> str:

@@ -26,7 +26,9 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from tango.common.exceptions import ConfigurationError
 
-from .task import DataError, MCInstance, MultipleChoiceTask, sha256_of_file
+from ..storage.hashing import sha256_of_file
+from .instance import DataError, MCInstance
+from .task import MultipleChoiceTask
 
 #: Our split names and the lm-evaluation-harness config keys that name them.
 SPLIT_KEYS = {"train": "training_split", "validation": "validation_split", "test": "test_split"}

@@ -2,7 +2,8 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 from tango.common.exceptions import ConfigurationError
 
-from .task import DataError, MCInstance, MultipleChoiceTask, Row
+from .instance import DataError, MCInstance, Row
+from .task import MultipleChoiceTask
 
 if TYPE_CHECKING:
     import datasets

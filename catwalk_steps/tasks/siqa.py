@@ -1,4 +1,5 @@
-from .task import MCInstance, MultipleChoiceTask, Row
+from .instance import MCInstance, Row
+from .task import MultipleChoiceTask
 
 
 @MultipleChoiceTask.register("social_iqa")

@@ -3,7 +3,8 @@ from typing import Any, Dict, List, Optional
 
 from tango.common.exceptions import ConfigurationError
 
-from .task import MCInstance, MultipleChoiceTask, Row
+from .instance import MCInstance, Row
+from .task import MultipleChoiceTask
 
 
 @MultipleChoiceTask.register("template")

@@ -1,5 +1,5 @@
 """Rank-classification training that gives the same model however it is run (its workers are
-started by :mod:`catwalk_steps.workers`).
+started by :mod:`catwalk_steps.distributed.launch`).
 
 - :mod:`.batches`: which examples every optimizer step and micro-batch sees, for any device count;
 - :mod:`.seeds`: seeds derived per purpose (data order, dropout of each micro-batch);

@@ -19,8 +19,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from ..atomic import replace_atomically
-from ..weights import load_state_dict, save_state_dict
+from ..storage.atomic import replace_atomically
+from ..storage.weights import load_state_dict, save_state_dict
 
 LATEST = "latest.json"
 WEIGHTS = "model.safetensors"

@@ -4,63 +4,27 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-import torch
 from tango import Step
 from tango.common.aliases import PathOrStr
 from tango.common.logging import cli_logger
 from tango.format import Format
 
-from .atomic import AtomicJsonFormat, replace_atomically
-from .averages import STDERR_SUFFIX, binomial_stderr, macro_average
-from .tables import MetricsTable, check_average_over
-
-
-def choice_scores(predictions: List[Dict[str, Any]], metric: str) -> torch.Tensor:
-    """``[instances, most choices]`` scores under ``metric``'s ranking, ``-inf`` past an
-    instance's last choice."""
-    width = max(len(p["logliks"]) for p in predictions)
-    scores = torch.full((len(predictions), width), float("-inf"), dtype=torch.float64)
-    for row, p in enumerate(predictions):
-        values = torch.tensor(p["logliks"], dtype=torch.float64)
-        if metric == "acc_norm":  # per character of the answer text, lm-evaluation-harness's acc_norm
-            values = values / torch.tensor(p["num_chars"], dtype=torch.float64)
-        elif metric == "acc_per_token":
-            values = values / torch.tensor(p["num_tokens"], dtype=torch.float64)
-        elif metric == "acc_uncond":  # what the context adds to each choice
-            values = values - torch.tensor(p["unconditioned_logliks"], dtype=torch.float64)
-        scores[row, : len(values)] = values
-    return scores
-
-
-def rankings(predictions: List[Dict[str, Any]]) -> List[str]:
-    """The metrics that ``predictions`` can rank choices by: ``acc_uncond`` only where every
-    prediction has its unconditioned log-likelihoods."""
-    names = ["acc", "acc_norm", "acc_per_token"]
-    if all("unconditioned_logliks" in p for p in predictions):
-        names.append("acc_uncond")
-    return names
-
-
-def accuracies(predictions: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """Each accuracy of ``predictions`` with its binomial standard error, and their count."""
-    labels = torch.tensor([p["label"] for p in predictions])
-    metrics: Dict[str, Any] = {}
-    for name in rankings(predictions):
-        # Ties go to the first choice (argmax's rule, and lm-evaluation-harness's).
-        metrics[name] = (choice_scores(predictions, name).argmax(-1) == labels).double().mean().item()
-        metrics[name + STDERR_SUFFIX] = binomial_stderr(metrics[name], len(predictions))
-    metrics["count"] = len(predictions)
-    return metrics
+from ..reports.accuracy import accuracies
+from ..reports.averages import macro_average
+from ..reports.tables import MetricsTable, check_average_over
+from ..storage.atomic import AtomicJsonFormat, replace_atomically
+from ..tango_fixes.class_paths import keep_class_path
 
 
 @Step.register("catwalk::calculate_metrics")
+@keep_class_path("catwalk_steps.metrics.CalculateMetricsStep")
 class CalculateMetricsStep(Step):
     """Accuracy of predictions from ``catwalk::predict``, ranking choices by summed
     log-likelihood (``acc``), per character of the answer text (``acc_norm``, as
     lm-evaluation-harness), per token (``acc_per_token``), and, where the predictions hold
     log-likelihoods after the task's unconditioned context (``unconditioned: true`` in
     ``catwalk::predict``), by the gain over it (``acc_uncond``); each with its standard error
-    (``acc_stderr``, ...; see :mod:`.averages`).
+    (``acc_stderr``, ...; see :mod:`..reports.averages`).
 
     For a task with groups (MMLU's subjects), the top-level numbers are over all instances
     (lm-evaluation-harness's ``mmlu`` number), ``groups`` holds each group's metrics and
@@ -89,6 +53,7 @@ class CalculateMetricsStep(Step):
 
 
 @Format.register("catwalk::metrics_table")
+@keep_class_path("catwalk_steps.metrics.MetricsTableFormat")
 class MetricsTableFormat(Format[MetricsTable]):
     """``table.json`` (read back), plus ``table.md`` and ``table.csv`` for people and spreadsheets."""
 
@@ -107,6 +72,7 @@ class MetricsTableFormat(Format[MetricsTable]):
 
 
 @Step.register("catwalk::tabulate_metrics")
+@keep_class_path("catwalk_steps.metrics.TabulateMetricsStep")
 class TabulateMetricsStep(Step):
     """Gathers many metric results, keyed by names like ``task/model/seed``, into one table,
     cached as Markdown, CSV and JSON. ``key_columns`` names the parts of those keys;
@@ -131,6 +97,7 @@ class TabulateMetricsStep(Step):
 
 
 @Step.register("catwalk::print_metrics")
+@keep_class_path("catwalk_steps.metrics.PrintMetricsStep")
 class PrintMetricsStep(Step):
     """Prints a table from ``catwalk::tabulate_metrics``. Not cached, so every run ends with
     the table, also when everything came from the cache."""

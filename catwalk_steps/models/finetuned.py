@@ -1,8 +1,5 @@
-"""The cached result of fine-tuning: CPU weights in safetensors, plus JSON saying what they belong to.
-
-Reading it executes no pickled code, and a truncated or altered weights file is reported, not
-loaded: its sha256 is recorded when written and checked when read.
-"""
+"""The cached result of fine-tuning: CPU weights in safetensors (see :mod:`..storage.weights`),
+plus JSON saying what they belong to."""
 
 import hashlib
 import json
@@ -11,14 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import torch
-from safetensors.torch import load_file, save_file
 from tango.common.aliases import PathOrStr
 from tango.format import Format
 
-from .atomic import replace_atomically
-from .models.adapters import Adapter, with_adapter_merged
-from .models.loading import ModelSpec
-from .tasks.task import sha256_of_file
+from ..storage.atomic import replace_atomically
+from ..storage.weights import check_sha256, load_state_dict, save_state_dict
+from ..tango_fixes.class_paths import keep_class_path
+from .adapters import Adapter, with_adapter_merged
+from .loading import ModelSpec
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -27,13 +24,9 @@ WEIGHTS_FILE = "model.safetensors"
 META_FILE = "model.json"
 
 
-class CorruptCacheError(RuntimeError):
-    """A cached result whose files do not match what was recorded when it was written."""
-
-
 class FinetunedModel:
     """What fine-tuning produced: the weights of the whole model, or of an adapter (``adapter``
-    holds its settings, see :mod:`.models.adapters`) for the base model of ``spec``.
+    holds its settings, see :mod:`.adapters`) for the base model of ``spec``.
 
     The weights may stay in their safetensors file (``weights_file``, with the ``weights_meta``
     that :func:`save_state_dict` returned) until something needs them: :meth:`load_model` then
@@ -79,79 +72,15 @@ class FinetunedModel:
         if self.adapter is not None:
             return with_adapter_merged(self.spec.load_model(dtype), self.adapter, self.state_dict, dtype)
         if self._state_dict is None:
-            from .models.lean_loading import model_from_files
+            from .streaming import model_from_files
 
             files, aliases = [self.weights_file], self.weights_meta["aliases"]
             return model_from_files(self.spec.load_config(), files, dtype, aliases)
         return self.spec.load_model(dtype, self._state_dict)
 
 
-def _storage_key(tensor: torch.Tensor):
-    return tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride()
-
-
-def _split_aliases(state_dict: Dict[str, torch.Tensor]):
-    """Tied weights (GPT-2's ``lm_head.weight`` is ``transformer.wte.weight``) share storage;
-    safetensors stores each storage once, so the others are recorded as aliases."""
-    unique: Dict[str, torch.Tensor] = {}
-    aliases: Dict[str, str] = {}
-    owners: Dict[Any, str] = {}
-    for name, tensor in state_dict.items():
-        key = _storage_key(tensor)
-        if key in owners:
-            aliases[name] = owners[key]
-        else:
-            owners[key] = name
-            unique[name] = tensor.contiguous()
-    return unique, aliases
-
-
-def _storage_key(tensor: torch.Tensor):
-    return tensor.device, tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tensor.stride()
-
-
-def _split_aliases(state_dict: Dict[str, torch.Tensor]):
-    """Tied weights (GPT-2's ``lm_head.weight`` is ``transformer.wte.weight``) share storage;
-    safetensors stores each storage once, so the others are recorded as aliases."""
-    unique: Dict[str, torch.Tensor] = {}
-    aliases: Dict[str, str] = {}
-    owners: Dict[Any, str] = {}
-    for name, tensor in state_dict.items():
-        key = _storage_key(tensor)
-        if key in owners:
-            aliases[name] = owners[key]
-        else:
-            owners[key] = name
-            unique[name] = tensor.contiguous()
-    return unique, aliases
-
-
-def save_state_dict(state_dict: Dict[str, torch.Tensor], path: Path) -> Dict[str, Any]:
-    """Writes CPU tensors to a safetensors file atomically; returns what :func:`load_state_dict`
-    needs to read them back: the key order, the tied-weight aliases and the file's sha256."""
-    unique, aliases = _split_aliases(state_dict)
-    for name, tensor in unique.items():
-        if tensor.device.type != "cpu":
-            raise ValueError(f"Refusing to cache {name} on {tensor.device}: results hold CPU tensors only")
-    replace_atomically(path, lambda p: save_file(unique, str(p)))
-    return {"aliases": aliases, "keys": list(state_dict), "sha256": sha256_of_file(path)}
-
-
-def check_sha256(path: Path, expected: str) -> None:
-    if sha256_of_file(path) != expected:
-        raise CorruptCacheError(
-            f"{path} does not match the checksum recorded when it was written; delete this cache entry and run again"
-        )
-
-
-def load_state_dict(path: Path, meta: Dict[str, Any]) -> Dict[str, torch.Tensor]:
-    """Reads a file written by :func:`save_state_dict`, refusing one that was altered since."""
-    check_sha256(path, meta["sha256"])
-    unique = load_file(str(path))
-    return {name: unique[name] if name in unique else unique[meta["aliases"][name]] for name in meta["keys"]}
-
-
 @Format.register("catwalk::finetuned_model")
+@keep_class_path("catwalk_steps.weights.FinetunedModelFormat")
 class FinetunedModelFormat(Format[FinetunedModel]):
     """``model.safetensors`` (the full model's or the adapter's weights) and ``model.json`` (the
     spec, the adapter settings, the training metrics, and the weights' keys, aliases and sha256).

@@ -16,11 +16,11 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from tango.common import Tqdm
 
-from .journal import Journal
-from .models.loading import ModelSpec, context_window
-from .models.scoring import Query, score_queries
-from .weights import FinetunedModel
-from .workers import launch
+from ..distributed.launch import launch
+from ..models.finetuned import FinetunedModel
+from ..models.loading import ModelSpec, context_window
+from ..models.scoring import Query, score_queries
+from ..storage.journal import Journal
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Any, Dict, List
 
 from tango.common.exceptions import ConfigurationError
 
-from .atomic import replace_atomically
+from ..storage.atomic import replace_atomically
 from .tables import MetricsTable
 
 

@@ -9,7 +9,7 @@ for the same action-tool pairs in another form, to show how fine-tuning on one t
 ``core/`` asks for them once more in the hub format of each task of the core suite
 (``configs/core_tiny.jsonnet``).
 
-    python -m catwalk_steps.tiny data/tiny
+    python tools/build_tiny_data.py data/tiny
 """
 
 import argparse

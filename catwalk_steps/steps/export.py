@@ -9,10 +9,11 @@ from typing import Any, Dict, Iterator, List, Optional
 from tango import Step
 from tango.common.exceptions import ConfigurationError
 
-from .atomic import replace_atomically
-from .charts import accuracy_chart
-from .metrics import choice_scores, rankings
-from .tables import MetricsTable
+from ..reports.accuracy import choice_scores, rankings
+from ..reports.charts import accuracy_chart
+from ..reports.tables import MetricsTable
+from ..storage.atomic import replace_atomically
+from ..tango_fixes.class_paths import keep_class_path
 
 
 def file_name(run: str) -> str:
@@ -40,6 +41,7 @@ def readable_predictions(predictions: List[Dict[str, Any]]) -> Iterator[Dict[str
 
 
 @Step.register("catwalk::export_predictions")
+@keep_class_path("catwalk_steps.export.ExportPredictionsStep")
 class ExportPredictionsStep(Step):
     """Writes into ``output_dir`` (a path the config names, relative to where ``tango run``
     runs), each file replaced atomically:

@@ -9,6 +9,8 @@ from typing import Any, Callable
 from tango.common.aliases import PathOrStr
 from tango.format import Format
 
+from ..tango_fixes.class_paths import keep_class_path
+
 
 def replace_atomically(path: Path, write: Callable[[Path], Any]) -> None:
     """Calls ``write`` on a temporary path beside ``path``, flushes it to disk, then renames it."""
@@ -23,6 +25,7 @@ def replace_atomically(path: Path, write: Callable[[Path], Any]) -> None:
 
 
 @Format.register("catwalk::json")
+@keep_class_path("catwalk_steps.atomic.AtomicJsonFormat")
 class AtomicJsonFormat(Format[Any]):
     """Plain JSON, written atomically, read without importing or executing anything."""
 

@@ -12,16 +12,18 @@ from tango.common.lazy import Lazy
 from tango.integrations.torch import TrainCallback
 from tango.step import StepResources
 
-from .models.adapters import Adapter, peft_config
-from .models.loading import ModelName, ModelSpec, context_window
-from .models.scoring import encode_pair
-from .tasks import MCInstance, MultipleChoiceTask
-from .training.batches import BatchPlan
-from .workers import launch, worker_device_type
-from .weights import FinetunedModel, FinetunedModelFormat
+from ..distributed.devices import worker_device_type
+from ..distributed.launch import launch
+from ..models.adapters import Adapter, peft_config
+from ..models.finetuned import FinetunedModel, FinetunedModelFormat
+from ..models.loading import ModelName, ModelSpec, context_window
+from ..models.scoring import encode_pair
+from ..tasks import MCInstance, MultipleChoiceTask
+from ..tango_fixes.class_paths import keep_class_path
+from ..training.batches import BatchPlan
 
 if TYPE_CHECKING:
-    from .training.loop import TrainingJob
+    from ..training.loop import TrainingJob
 
 STRATEGIES = ("ddp", "fsdp")  # see training.strategies
 
@@ -60,6 +62,7 @@ def tokenized_examples(tokenizer, instances: List[MCInstance], desc: str) -> Lis
 
 
 @Step.register("catwalk::finetune")
+@keep_class_path("catwalk_steps.finetune.FinetuneStep")
 class FinetuneStep(Step):
     """Fine-tunes a causal LM as a rank classifier on the train splits of one or more tasks.
 
@@ -185,7 +188,7 @@ class FinetuneStep(Step):
             ``tango.integrations.wandb`` in ``include_package`` and ``wandb`` installed). They are
             not in the cache key, so they must only observe training, not change it.
         """
-        from .training.loop import TrainingJob, train_worker  # transformers, peft: only when training
+        from ..training.loop import TrainingJob, train_worker  # transformers, peft: only when training
 
         device_type = worker_device_type(device, device_count)
         micro_batch_size = check_batching(batch_size, micro_batch_size, device_count)

@@ -1,15 +1,10 @@
 """An append-only record of finished work in a step's work dir, so that a killed step resumes
 where it stopped instead of starting over."""
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, Tuple
-
-
-def fingerprint(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
 class Journal:

@@ -77,7 +77,7 @@ from tango.common.util import import_extra_module
 import_extra_module("catwalk_steps")
 from tango import Step
 from catwalk_steps.tasks import MultipleChoiceTask
-heavy = ["transformers.modeling_utils", "peft", "datasets", "torchmetrics", "sklearn", "catwalk_steps.tiny",
+heavy = ["transformers.modeling_utils", "peft", "datasets", "torchmetrics", "sklearn",
          "catwalk_steps.training.loop"]
 print(json.dumps({"steps": sorted(n for n in Step.list_available() if n.startswith("catwalk::")),
                   "tasks": len(MultipleChoiceTask.list_available()),

@@ -4,8 +4,10 @@
 ones at once, and converting float32 files to bfloat16 through memory-mapped files keeps the
 float32 pages resident too (measured: 6.2x the bfloat16 weights' bytes for a 355M model).
 Here the model is built on the meta device (buffers excepted), and each tensor is read from its
-safetensors file in chunks of at most ``CHUNK`` bytes into a tensor of the target dtype that
-then becomes the parameter: peak memory is the weights in the target dtype plus one chunk.
+safetensors file with ``safetensors.safe_open`` (any dtype safetensors knows) in slices of at
+most ``CHUNK`` bytes into a tensor of the target dtype that then becomes the parameter. The file
+is opened for each slice, so no memory-mapped page outlives it: peak memory is the weights in
+the target dtype plus one slice.
 """
 
 import json
@@ -14,37 +16,38 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 from accelerate import init_empty_weights
+from safetensors import safe_open
 from tango.common.exceptions import ConfigurationError
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, PreTrainedModel
 
 CHUNK = 16 << 20
-_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-    "BOOL": torch.bool,
-}
 
 
 def read_tensors(path: Path, dtype: torch.dtype) -> Iterator[Tuple[str, torch.Tensor]]:
-    """Each tensor of a safetensors file, floating-point ones converted to ``dtype`` chunk by
-    chunk (never the whole file, nor a whole tensor in its stored dtype, in memory)."""
-    with open(path, "rb") as f:
-        header_size = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(header_size))
-        header.pop("__metadata__", None)
-        for name, info in sorted(header.items(), key=lambda item: item[1]["data_offsets"][0]):
-            stored = _DTYPES[info["dtype"]]
-            out = torch.empty(info["shape"], dtype=dtype if stored.is_floating_point else stored)
-            f.seek(8 + header_size + info["data_offsets"][0])
-            if out.dtype == stored:  # straight into the tensor's memory
-                f.readinto(memoryview(out.view(-1).view(torch.uint8).numpy()))
-            else:
-                flat, itemsize = out.view(-1), torch.empty((), dtype=stored).element_size()
-                per_chunk = max(1, CHUNK // itemsize)
-                for start in range(0, flat.numel(), per_chunk):
-                    raw = f.read(min(per_chunk, flat.numel() - start) * itemsize)
-                    flat[start:start + len(raw) // itemsize] = torch.frombuffer(bytearray(raw), dtype=stored)
-            yield name, out
+    """Each tensor of a safetensors file, floating-point ones converted to ``dtype`` a slice at a
+    time (never the whole file, nor a whole tensor in its stored dtype, in memory)."""
+    with safe_open(str(path), framework="pt") as f:
+        names = list(f.keys())
+    for name in names:
+        yield name, read_tensor(path, name, dtype)
+
+
+def read_tensor(path: Path, name: str, dtype: torch.dtype) -> torch.Tensor:
+    """Tensor ``name`` of a safetensors file, in ``dtype`` if it is floating-point."""
+    with safe_open(str(path), framework="pt") as f:
+        view = f.get_slice(name)
+        shape = view.get_shape()
+        if not shape:  # a scalar
+            tensor = f.get_tensor(name)
+            return tensor.to(dtype) if tensor.is_floating_point() else tensor
+        stored = view[0:0].dtype
+    out = torch.empty(shape, dtype=dtype if stored.is_floating_point else stored)
+    row_bytes = max(1, out[0].numel() * stored.itemsize) if shape[0] else 1
+    rows = max(1, CHUNK // row_bytes)
+    for start in range(0, shape[0], rows):
+        with safe_open(str(path), framework="pt") as f:
+            out[start:start + rows] = f.get_slice(name)[start:start + rows]
+    return out
 
 
 def auto_class(config):

@@ -10,41 +10,18 @@ from tango import Step
 from tango.common.exceptions import ConfigurationError
 from tango.step import StepResources
 
-from .atomic import AtomicJsonFormat
-from .journal import fingerprint
-from .models.loading import ModelName, ModelSpec
-from .models.scoring import encode_pair
-from .scoring_workers import ScoringJob, score_on_workers, strided_shards
-from .tasks import MultipleChoiceTask
-from .weights import FinetunedModel
-from .workers import worker_device_type
+from ..distributed.devices import worker_devices
+from ..models.finetuned import FinetunedModel
+from ..models.loading import ModelName, ModelSpec
+from ..models.scoring import encode_pair
+from ..prediction.workers import ScoringJob, score_on_workers, strided_shards
+from ..storage.atomic import AtomicJsonFormat
+from ..storage.hashing import fingerprint
+from ..tango_fixes.class_paths import keep_class_path
+from ..tasks import MultipleChoiceTask
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def resolve_device(device: str) -> torch.device:
-    """``"auto"`` is CUDA when present, else CPU; anything else is taken as a torch device name."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except RuntimeError as e:
-        raise ConfigurationError(f"Unknown device {device!r}: {e}")
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigurationError(f"device={device!r}, but no CUDA device is present")
-    return resolved
-
-
-def worker_devices(device: str, device_count: int) -> List[torch.device]:
-    """One device per worker: ``device`` itself for one worker (``"cuda:1"`` allowed), else CUDA
-    devices 0..N-1 or N CPU processes, checked against the devices or cores present."""
-    if device_count == 1:
-        return [resolve_device(device)]
-    device_type = worker_device_type(device, device_count)
-    if device_type == "cuda":
-        return [torch.device("cuda", rank) for rank in range(device_count)]
-    return [torch.device("cpu")] * device_count
 
 
 def top_two_margin(logliks: Sequence[float]) -> float:
@@ -55,6 +32,7 @@ def top_two_margin(logliks: Sequence[float]) -> float:
 
 
 @Step.register("catwalk::predict")
+@keep_class_path("catwalk_steps.predict.PredictStep")
 class PredictStep(Step):
     """Scores each choice of each instance of ``task``'s ``split`` with ``model``.
 
@@ -67,7 +45,7 @@ class PredictStep(Step):
     between its two best summed log-likelihoods. From these
     :class:`CalculateMetricsStep` derives every metric without scoring again.
 
-    ``device_count`` workers score strided shards of the split (:mod:`.scoring_workers`). The
+    ``device_count`` workers score strided shards of the split (:mod:`..prediction.workers`). The
     device count, the device and the batching knobs change how fast, not what, so they are not in
     the cache key: batching moves a log-likelihood by padding alone, within the tolerance the
     README states, and flips only decisions whose margin is within it.

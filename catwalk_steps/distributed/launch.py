@@ -14,39 +14,10 @@ from typing import Any, Callable, Optional
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from tango.common.exceptions import ConfigurationError
 from tango.common.logging import EnvVarNames, initialize_worker_logging
 from tango.common.util import get_extra_imported_modules, import_extra_module
 
-
-def available_cpus() -> int:
-    """Cores this process may run on: its affinity mask (as set by taskset, cgroups' cpusets or a
-    job scheduler), not the machine's core count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def worker_device_type(device: str, device_count: int) -> str:
-    """The device type that ``device_count`` workers run on (``"cuda"``: one device each;
-    ``"cpu"``: processes sharing out the cores), checked before anything runs. It fails loudly
-    where Tango's trainer would quietly fall back to the CPU."""
-    if device_count < 1:
-        raise ConfigurationError(f"device_count must be at least 1, got {device_count}")
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        available = torch.cuda.device_count()
-        if device_count > available:
-            raise ConfigurationError(f"device_count={device_count}, but only {available} CUDA devices are present")
-        return device
-    if device == "cpu":
-        cores = available_cpus()
-        if device_count > cores:
-            raise ConfigurationError(f"device_count={device_count} CPU workers, but only {cores} cores are available")
-        return device
-    raise ConfigurationError(f"device must be 'auto', 'cuda' or 'cpu', got {device!r}")
+from .devices import available_cpus
 
 
 def launch(

@@ -1,0 +1,1 @@
+"""Scoring a split's queries on several workers, each journaling what it scored."""

@@ -1,0 +1,1 @@
+"""Turning predictions and metrics into numbers, tables and charts for people."""

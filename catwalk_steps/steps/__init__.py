@@ -1,0 +1,16 @@
+"""The registered Tango steps. Each is thin: it checks its settings when the step graph is built,
+then builds the work and hands it to the layers below."""
+
+from .export import ExportPredictionsStep
+from .finetune import FinetuneStep
+from .metrics import CalculateMetricsStep, PrintMetricsStep, TabulateMetricsStep
+from .predict import PredictStep
+
+__all__ = [
+    "CalculateMetricsStep",
+    "ExportPredictionsStep",
+    "FinetuneStep",
+    "PredictStep",
+    "PrintMetricsStep",
+    "TabulateMetricsStep",
+]

@@ -1,0 +1,1 @@
+"""How results reach the disk: atomic writes, journals, checksummed weights, digests."""

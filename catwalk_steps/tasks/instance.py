@@ -1,0 +1,82 @@
+"""What every task produces: :class:`MCInstance` objects, built from checked :class:`Row` fields."""
+
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
+
+
+@dataclass(frozen=True)
+class MCInstance:
+    """One multiple-choice question in rank-classification form: the model scores each
+    (context, continuation) pair and the highest log-likelihood wins.
+
+    Most tasks share one ``context`` between all ``continuations``; tasks such as Winogrande
+    vary the context instead and give ``choice_contexts``, one per continuation. Every
+    continuation starts with ``target_delimiter`` (lm-evaluation-harness's name): the answer
+    text is what follows it, and ``acc_norm`` divides by the answer text's length alone.
+    ``description`` goes before everything else, few-shot demonstrations included (MMLU's
+    "The following are ... about {subject}."); ``group`` names the part of the task the
+    instance belongs to (MMLU's subject), for per-group metrics and same-group demonstrations.
+    """
+
+    id: str
+    context: str
+    continuations: List[str]
+    label: int
+    choice_contexts: Optional[List[str]] = None
+    target_delimiter: str = " "
+    description: str = ""
+    group: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        for continuation in self.continuations:
+            if not continuation.startswith(self.target_delimiter):
+                raise ValueError(f"Continuation {continuation!r} does not start with {self.target_delimiter!r}")
+
+    def prompts(self) -> List[str]:
+        """The context of each choice, without the description."""
+        return self.choice_contexts or [self.context] * len(self.continuations)
+
+    def pairs(self) -> List[Tuple[str, str]]:
+        return [(self.description + prompt, c) for prompt, c in zip(self.prompts(), self.continuations)]
+
+    def answer_lengths(self) -> List[int]:
+        """Characters of each choice's answer text (without the target delimiter)."""
+        return [len(c) - len(self.target_delimiter) for c in self.continuations]
+
+    def demonstration(self) -> str:
+        """The instance solved: its gold choice's context and continuation, as a few-shot example."""
+        return self.prompts()[self.label] + self.continuations[self.label]
+
+
+class DataError(ValueError):
+    """A data row that cannot become an instance. The message names the source, row and field."""
+
+
+class Row:
+    """One data row, whose fields come out checked: an error names the source, row and field."""
+
+    def __init__(self, data: Mapping[str, Any], source: str, number: int) -> None:
+        self.data, self.source, self.number = data, source, number
+
+    def error(self, name: str, problem: str) -> DataError:
+        return DataError(f"{self.source}: row {self.number}: field '{name}' {problem}")
+
+    def get(self, name: str, kind: type = str) -> Any:
+        value = self.data.get(name)
+        if value is None or value == "" or not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self.error(name, f"is missing or not a {kind.__name__} (got {value!r})")
+        return value
+
+    def text(self, name: str) -> str:
+        """An optional text field: empty when absent."""
+        value = self.data.get(name)
+        if value is not None and not isinstance(value, str):
+            raise self.error(name, f"is not a str (got {value!r})")
+        return value or ""
+
+    def index_of(self, name: str, options: Sequence[Any]) -> int:
+        """The position of field ``name``'s value among ``options``."""
+        value = self.data.get(name)
+        if value not in options:
+            raise self.error(name, f"must be one of {list(options)}, got {value!r}")
+        return list(options).index(value)

@@ -14,8 +14,8 @@ from catwalk_steps.training.batches import BatchPlan
 from catwalk_steps.training.checkpoints import CheckpointStore, Progress
 from catwalk_steps.training.seeds import derive_seed
 from catwalk_steps.storage.weights import load_state_dict
-from catwalk_steps.distributed.devices import available_cpus, worker_device_type
-from catwalk_steps.distributed.launch import launch
+from catwalk_steps.distributed.devices import available_cpus, worker_devices
+from catwalk_steps.distributed.launch import WorkerFailedError, launch
 
 
 @pytest.mark.parametrize("num_examples", [32, 37, 101])
@@ -87,17 +87,17 @@ def test_cpu_workers_follow_the_affinity_mask(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert available_cpus() == 1
     with pytest.raises(ConfigurationError, match="device_count=2 CPU workers, but only 1 cores are available"):
-        worker_device_type("cpu", 2)
+        worker_devices("cpu", 2)
 
 
-def _sum_of_ranks(rank: int, world_size: int, out: str) -> None:
+def _sum_of_ranks(rank: int, world_size: int, device: torch.device, out: str) -> None:
     total = torch.tensor([float(rank)])
     dist.all_reduce(total)
     with open(f"{out}.{rank}", "w") as f:
         f.write(f"{total.item()} {torch.get_num_threads()}")
 
 
-def _fails_on_rank_one(rank: int, world_size: int) -> None:
+def _fails_on_rank_one(rank: int, world_size: int, device: torch.device) -> None:
     if rank == 1:
         raise ValueError("worker 1 failed")
     dist.barrier()  # rank 0 would wait here forever if the failure were not propagated
@@ -106,7 +106,8 @@ def _fails_on_rank_one(rank: int, world_size: int) -> None:
 @pytest.mark.ddp
 def test_parallel_launches_need_no_port_and_a_failing_worker_fails_the_launch(tmp_path):
     # Two 2-worker groups started at once: no port to race for.
-    runs = [threading.Thread(target=launch, args=(_sum_of_ranks, 2, "cpu", str(tmp_path / name))) for name in "ab"]
+    cpus = [torch.device("cpu")] * 2
+    runs = [threading.Thread(target=launch, args=(_sum_of_ranks, cpus, str(tmp_path / name))) for name in "ab"]
     for run in runs:
         run.start()
     for run in runs:
@@ -115,6 +116,6 @@ def test_parallel_launches_need_no_port_and_a_failing_worker_fails_the_launch(tm
         for rank in (0, 1):
             total, threads = (tmp_path / f"{name}.{rank}").read_text().split()
             assert float(total) == 1.0 and int(threads) == max(1, available_cpus() // 2)
-    for _ in range(2):  # whichever worker mp.spawn notices first, the error is rank 1's own
-        with pytest.raises(RuntimeError, match="(?s)worker 1 of 2 failed first.*ValueError: worker 1 failed"):
-            launch(_fails_on_rank_one, 2, "cpu")
+    for _ in range(2):  # whichever worker the agent notices first, the error is rank 1's own
+        with pytest.raises(WorkerFailedError, match="(?s)worker 1 of 2 failed first.*ValueError: worker 1 failed"):
+            launch(_fails_on_rank_one, cpus)

@@ -1,10 +1,18 @@
-"""Which devices the workers of a step run on: decided here, for every step."""
+"""Which devices a step's workers run on: decided here, for every step, where the step runs.
+
+A step graph may be built on another machine than the one that runs it (Tango's remote
+executors build it on the submitting host, which often has no GPU), so building it checks only
+the form of a device setting (:func:`check_device_setting`); the devices and cores present are
+checked when the step starts, before any model is loaded (:func:`worker_devices`).
+"""
 
 import os
 from typing import List
 
 import torch
 from tango.common.exceptions import ConfigurationError
+
+DEVICE_TYPES = ("cpu", "cuda")
 
 
 def available_cpus() -> int:
@@ -16,46 +24,54 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def worker_device_type(device: str, device_count: int) -> str:
-    """The device type that ``device_count`` workers run on (``"cuda"``: one device each;
-    ``"cpu"``: processes sharing out the cores), checked before anything runs. It fails loudly
-    where Tango's trainer would quietly fall back to the CPU."""
+def _parse(device: str) -> torch.device:
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ConfigurationError(f"Unknown device {device!r}: use 'auto', 'cpu', 'cuda' or e.g. 'cuda:1' ({e})")
+    if parsed.type not in DEVICE_TYPES:
+        raise ConfigurationError(f"device {device!r}: only 'auto', 'cpu' and 'cuda' devices are supported")
+    return parsed
+
+
+def check_device_setting(device: str, device_count: int) -> None:
+    """The form of a step's device setting, checked when the step graph is built: nothing about
+    the devices of the machine that builds it."""
     if device_count < 1:
         raise ConfigurationError(f"device_count must be at least 1, got {device_count}")
     if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        available = torch.cuda.device_count()
-        if device_count > available:
-            raise ConfigurationError(f"device_count={device_count}, but only {available} CUDA devices are present")
-        return device
-    if device == "cpu":
-        cores = available_cpus()
-        if device_count > cores:
-            raise ConfigurationError(f"device_count={device_count} CPU workers, but only {cores} cores are available")
-        return device
-    raise ConfigurationError(f"device must be 'auto', 'cuda' or 'cpu', got {device!r}")
+        return
+    parsed = _parse(device)
+    if parsed.index is not None and device_count > 1:
+        raise ConfigurationError(
+            f"device={device!r} names one device, but device_count={device_count}: use 'cuda' for "
+            f"devices 0..{device_count - 1} (CUDA_VISIBLE_DEVICES picks which)"
+        )
 
 
-def resolve_device(device: str) -> torch.device:
-    """``"auto"`` is CUDA when present, else CPU; anything else is taken as a torch device name."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except RuntimeError as e:
-        raise ConfigurationError(f"Unknown device {device!r}: {e}")
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigurationError(f"device={device!r}, but no CUDA device is present")
-    return resolved
+def gpu_count(device: str, device_count: int) -> int:
+    """The GPUs a step asks Tango's executor for: every worker's, unless the step is set to the CPU
+    (``"auto"`` asks for GPUs: a step that can use them should get them)."""
+    return 0 if device != "auto" and _parse(device).type == "cpu" else device_count
 
 
 def worker_devices(device: str, device_count: int) -> List[torch.device]:
-    """One device per worker: ``device`` itself for one worker (``"cuda:1"`` allowed), else CUDA
-    devices 0..N-1 or N CPU processes, checked against the devices or cores present."""
-    if device_count == 1:
-        return [resolve_device(device)]
-    device_type = worker_device_type(device, device_count)
-    if device_type == "cuda":
+    """One device per worker on this machine, checked against the devices or cores present: CUDA
+    devices 0..N-1 (or the one named, for one worker), or N CPU processes sharing out the cores.
+    Called where the step runs, before any model is loaded. It fails loudly where Tango's trainer
+    would quietly fall back to the CPU."""
+    check_device_setting(device, device_count)
+    wanted = torch.device("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else _parse(device)
+    if wanted.type == "cuda":
+        present = torch.cuda.device_count()
+        if wanted.index is not None:
+            if wanted.index >= present:
+                raise ConfigurationError(f"device={device!r}, but only {present} CUDA devices are present")
+            return [wanted]
+        if device_count > present:
+            raise ConfigurationError(f"device_count={device_count}, but only {present} CUDA devices are present")
         return [torch.device("cuda", rank) for rank in range(device_count)]
+    cores = available_cpus()
+    if device_count > cores:
+        raise ConfigurationError(f"device_count={device_count} CPU workers, but only {cores} cores are available")
     return [torch.device("cpu")] * device_count

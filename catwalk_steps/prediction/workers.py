@@ -69,7 +69,7 @@ def score_on_workers(job: ScoringJob) -> List[float]:
             done = sum(q in recorded for q in shard)
             if done:
                 logger.info("Worker %d resumes with %d of its %d queries scored", rank, done, len(shard))
-        launch(score_shard, len(job.devices), job.devices[0].type, job, recorded)
+        launch(score_shard, job.devices, job, recorded)
     scores = recorded_scores(job)
     missing = [q for q in range(len(job.queries)) if q not in scores]
     if missing:
@@ -77,13 +77,13 @@ def score_on_workers(job: ScoringJob) -> List[float]:
     return [scores[q] for q in range(len(job.queries))]
 
 
-def score_shard(rank: int, world_size: int, job: ScoringJob, recorded: Dict[int, float]) -> None:
+def score_shard(rank: int, world_size: int, device: torch.device, job: ScoringJob, recorded: Dict[int, float]) -> None:
     """Scores what ``recorded`` lacks of worker ``rank``'s shard, appending each batch to its journal."""
     shard, journal = job.shards[rank], job.journal(rank)
     known = {i: recorded[q] for i, q in enumerate(shard) if q in recorded}
     # Loaded once, in the scoring dtype, then moved to the device.
     lm = job.finetuned.load_model(job.dtype) if job.finetuned else job.spec.load_model(job.dtype)
-    lm = lm.to(job.devices[rank]).eval()
+    lm = lm.to(device).eval()
     desc = "Log-likelihood queries" + (f" (worker 1 of {world_size})" if world_size > 1 else "")
     with Tqdm.tqdm(total=len(shard), initial=len(known), desc=desc, disable=rank != 0) as progress:
         score_queries(

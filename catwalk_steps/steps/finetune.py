@@ -2,18 +2,21 @@
 was computed (device count, interruptions)."""
 
 import math
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-import torch
 from tango import Step
 from tango.common import Tqdm
 from tango.common.exceptions import ConfigurationError
 from tango.common.lazy import Lazy
 from tango.integrations.torch import TrainCallback
 from tango.step import StepResources
+from tango.workspace import Workspace
 
-from ..distributed.devices import worker_device_type
-from ..distributed.launch import launch
+from ..distributed.devices import check_device_setting, gpu_count, worker_devices
+from ..distributed.launch import Nodes, launch
+from ..distributed.rendezvous import publish, wait_for_endpoint, withdraw
 from ..models.adapters import Adapter, peft_config
 from ..models.finetuned import FinetunedModel, FinetunedModelFormat
 from ..models.loading import ModelName, ModelSpec, context_window
@@ -26,6 +29,8 @@ if TYPE_CHECKING:
     from ..training.loop import TrainingJob
 
 STRATEGIES = ("ddp", "fsdp")  # see training.strategies
+#: Seconds a node waits for the others of a multi-node run to arrive.
+RENDEZVOUS_TIMEOUT = 600
 
 
 PRECISIONS = ("32", "bf16-mixed")
@@ -61,6 +66,26 @@ def tokenized_examples(tokenizer, instances: List[MCInstance], desc: str) -> Lis
     ]
 
 
+@dataclass
+class _Joining:
+    """How a node other than 0 runs the step (see :meth:`FinetuneStep.join`)."""
+
+    nodes: Nodes
+    workspace: Workspace
+    work_dir: Path
+
+
+def _results_of_steps(value: Any, workspace: Workspace) -> Any:
+    """``value`` with every step in it replaced by its cached result (node 0 computed them)."""
+    if isinstance(value, Step):
+        return workspace.step_cache[value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_results_of_steps(v, workspace) for v in value)
+    if isinstance(value, dict):
+        return {k: _results_of_steps(v, workspace) for k, v in value.items()}
+    return value
+
+
 @Step.register("catwalk::finetune")
 @keep_class_path("catwalk_steps.finetune.FinetuneStep")
 class FinetuneStep(Step):
@@ -81,7 +106,10 @@ class FinetuneStep(Step):
 
     VERSION = "cw3"  # cw3: contexts shared by their choices in training (shared_context)
     FORMAT = FinetunedModelFormat()
-    SKIP_ID_ARGUMENTS = {"device_count", "device", "strategy", "distributed_port", "log_every", "callbacks"}
+    SKIP_ID_ARGUMENTS = {
+        "device_count", "nodes", "max_restarts", "device", "strategy", "distributed_port", "log_every", "callbacks",
+    }
+    _joining: Optional["_Joining"] = None
     METADATA = {"artifact_kind": "model"}
 
     @classmethod
@@ -92,7 +120,7 @@ class FinetuneStep(Step):
                 "grad_accum was replaced by micro_batch_size (per device): each step accumulates "
                 "batch_size / (micro_batch_size * device_count) micro-batches on every device"
             )
-        for name in ("batch_size", "train_epochs", "log_every"):
+        for name in ("batch_size", "train_epochs", "log_every", "nodes"):
             if kwargs.get(name, 1) < 1:
                 raise ConfigurationError(f"{name} must be at least 1, got {kwargs[name]}")
         if kwargs.get("validate_every") is not None and kwargs["validate_every"] < 1:
@@ -100,8 +128,10 @@ class FinetuneStep(Step):
         if kwargs.get("learning_rate", 1.0) <= 0:
             raise ConfigurationError(f"learning_rate must be positive, got {kwargs['learning_rate']}")
         device_count = kwargs.get("device_count", 1)
-        worker_device_type(kwargs.get("device", "auto"), device_count)
-        check_batching(kwargs.get("batch_size", 32), kwargs.get("micro_batch_size"), device_count)
+        check_device_setting(kwargs.get("device", "auto"), device_count)
+        if kwargs.get("max_restarts", 0) < 0:
+            raise ConfigurationError(f"max_restarts must be at least 0, got {kwargs['max_restarts']}")
+        check_batching(kwargs.get("batch_size", 32), kwargs.get("micro_batch_size"), device_count * kwargs.get("nodes", 1))
         if kwargs.get("strategy", "ddp") not in STRATEGIES:
             raise ConfigurationError(f"strategy must be one of {STRATEGIES}, got {kwargs['strategy']!r}")
         if kwargs.get("precision", "32") not in PRECISIONS:
@@ -117,10 +147,8 @@ class FinetuneStep(Step):
 
     @property
     def resources(self) -> StepResources:
-        uses_cuda = self.kwargs.get("device", "auto") == "cuda" or (
-            self.kwargs.get("device", "auto") == "auto" and torch.cuda.is_available()
-        )
-        return self.step_resources or StepResources(gpu_count=self.kwargs.get("device_count", 1) if uses_cuda else 0)
+        gpus = gpu_count(self.kwargs.get("device", "auto"), self.kwargs.get("device_count", 1))
+        return self.step_resources or StepResources(gpu_count=gpus)
 
     def run(  # type: ignore[override]
         self,
@@ -147,6 +175,8 @@ class FinetuneStep(Step):
         validation_limit: Optional[int] = None,
         validate_every: Optional[int] = None,
         device_count: int = 1,
+        nodes: int = 1,
+        max_restarts: int = 0,
         strategy: str = "ddp",
         device: str = "auto",
         distributed_port: Optional[int] = None,
@@ -181,17 +211,31 @@ class FinetuneStep(Step):
         :param strategy: ``"ddp"`` (a full replica per worker) or ``"fsdp"`` (parameters, gradients
             and optimizer state sharded over the workers, with torch's ``fully_shard``). The same
             model either way, within float summation order, so not part of the cache key.
-        :param device: ``"auto"`` (CUDA if present), ``"cuda"`` or ``"cpu"``.
-        :param distributed_port: a TCP port for the DDP workers to meet on; by default they meet
-            through a file, so parallel steps cannot collide.
+        :param device_count: workers per node: CUDA devices 0..N-1, or CPU processes sharing out
+            the cores.
+        :param nodes: machines training together, each with ``device_count`` workers. This process
+            is node 0; every other node runs ``python -m catwalk_steps.join CONFIG STEP_NAME -w
+            WORKSPACE`` (see :mod:`catwalk_steps.join`). ``batch_size`` must be a multiple of
+            ``micro_batch_size * device_count * nodes``. Not in the cache key.
+        :param max_restarts: how often torch's elastic agents restart the workers after one
+            fails (they resume from the last checkpoint; the result is an uninterrupted run's).
+            Not in the cache key.
+        :param device: ``"auto"`` (CUDA if present), ``"cuda"`` (``"cuda:1"`` for one worker) or
+            ``"cpu"``, decided where the step runs: a step for GPUs can be built on a host without one.
+        :param distributed_port: the TCP port of the workers' rendezvous; by default the operating
+            system picks a free one, so parallel steps cannot collide.
         :param callbacks: Tango ``TrainCallback``s, e.g. ``{type: "wandb::log"}`` (with
             ``tango.integrations.wandb`` in ``include_package`` and ``wandb`` installed). They are
             not in the cache key, so they must only observe training, not change it.
         """
         from ..training.loop import TrainingJob, train_worker  # transformers, peft: only when training
 
-        device_type = worker_device_type(device, device_count)
-        micro_batch_size = check_batching(batch_size, micro_batch_size, device_count)
+        workspace, work_dir = (
+            (self._joining.workspace, self._joining.work_dir) if self._joining else (self.workspace, self.work_dir)
+        )
+
+        devices = worker_devices(device, device_count)  # before any model or data is loaded
+        micro_batch_size = check_batching(batch_size, micro_batch_size, device_count * nodes)
         spec = ModelSpec.parse(model, tokenizer=tokenizer, config_overrides=config_overrides or {})
         tok = spec.load_tokenizer()
 
@@ -217,8 +261,7 @@ class FinetuneStep(Step):
             max_grad_norm=max_grad_norm,
             pad_token_id=tok.pad_token_id,
             max_length=context_window(spec.load_config()),
-            work_dir=self.work_dir,
-            device_type=device_type,
+            work_dir=work_dir,
             log_every=log_every,
             adapter=adapter,
             strategy=strategy,
@@ -226,17 +269,47 @@ class FinetuneStep(Step):
             gradient_checkpointing=gradient_checkpointing,
             shared_context=shared_context,
             callbacks=callbacks,
-            workspace=self.workspace,
+            workspace=workspace,
             step_id=self.unique_id,
             step_name=self.name,
         )
         self.logger.info(
-            "Training for %d steps of %d instances (%d micro-batches of %d) on %d %s worker%s (%s)",
-            train_steps, batch_size, plan.micro_batches_per_step, micro_batch_size, device_count, device_type,
-            "s" if device_count > 1 else "", strategy,
+            "Training for %d steps of %d instances (%d micro-batches of %d) on %d node%s of %d %s worker%s (%s)",
+            train_steps, batch_size, plan.micro_batches_per_step, micro_batch_size, nodes, "s" if nodes > 1 else "",
+            device_count, devices[0].type, "s" if device_count > 1 else "", strategy,
         )
-        launch(train_worker, device_count, device_type, job, port=distributed_port)
+        if self._joining is not None:  # a node other than 0: its workers only
+            launch(train_worker, devices, job, nodes=self._joining.nodes, max_restarts=max_restarts)
+            return None  # type: ignore[return-value]
+        meeting = publish(work_dir, nodes, distributed_port, RENDEZVOUS_TIMEOUT) if nodes > 1 else None
+        try:
+            launch(train_worker, devices, job, nodes=meeting or Nodes(endpoint=f"localhost:{distributed_port or 0}"),
+                   max_restarts=max_restarts)
+        finally:
+            if meeting is not None:
+                withdraw(work_dir, meeting)
         return self._result(job)
+
+    def join(self, workspace: Workspace, timeout: float = RENDEZVOUS_TIMEOUT) -> None:
+        """Runs this machine's workers for a run of this step with ``nodes > 1`` whose node 0 is
+        the process running the step (``tango run``), on the same workspace: waits up to
+        ``timeout`` seconds for node 0's rendezvous endpoint, then trains with it until the
+        workers end. A rendezvous left by a node 0 that died is skipped: the next one is awaited."""
+        from torch.distributed.elastic.rendezvous import RendezvousError
+
+        work_dir, tried = workspace.work_dir(self), None
+        while True:
+            nodes = wait_for_endpoint(work_dir, timeout, not_run=tried)
+            kwargs = {name: _results_of_steps(value, workspace) for name, value in self.kwargs.items()}
+            self._joining = _Joining(nodes, workspace, work_dir)
+            try:
+                self.run(**kwargs)
+                return
+            except RendezvousError as e:
+                self.logger.warning("The rendezvous of run %s failed (%s); waiting for node 0's next", nodes.run_id, e)
+                tried = nodes.run_id
+            finally:
+                self._joining = None
 
     def _result(self, job: "TrainingJob") -> FinetunedModel:
         """The best validation's weights (or the last step's) from the training's checkpoints."""

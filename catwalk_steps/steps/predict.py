@@ -10,7 +10,7 @@ from tango import Step
 from tango.common.exceptions import ConfigurationError
 from tango.step import StepResources
 
-from ..distributed.devices import worker_devices
+from ..distributed.devices import check_device_setting, gpu_count, worker_devices
 from ..models.finetuned import FinetunedModel
 from ..models.loading import ModelName, ModelSpec
 from ..models.scoring import encode_pair
@@ -60,7 +60,7 @@ class PredictStep(Step):
         """Settings are checked when the step graph is built, before any step of a run starts."""
         if kwargs.get("max_batch_size", 1) < 1 or kwargs.get("max_batch_tokens", 1) < 1:
             raise ConfigurationError("max_batch_size and max_batch_tokens must be positive")
-        worker_devices(kwargs.get("device", "auto"), kwargs.get("device_count", 1))
+        check_device_setting(kwargs.get("device", "auto"), kwargs.get("device_count", 1))
         if kwargs.get("dtype", "float32") not in DTYPES:
             raise ConfigurationError(f"dtype must be one of {', '.join(DTYPES)}, got {kwargs['dtype']!r}")
         if isinstance(kwargs.get("model"), str):
@@ -73,8 +73,8 @@ class PredictStep(Step):
 
     @property
     def resources(self) -> StepResources:
-        devices = worker_devices(self.kwargs.get("device", "auto"), self.kwargs.get("device_count", 1))
-        return self.step_resources or StepResources(gpu_count=sum(d.type == "cuda" for d in devices))
+        gpus = gpu_count(self.kwargs.get("device", "auto"), self.kwargs.get("device_count", 1))
+        return self.step_resources or StepResources(gpu_count=gpus)
 
     def run(  # type: ignore[override]
         self,

@@ -53,7 +53,6 @@ class TrainingJob:
     pad_token_id: int
     max_length: int
     work_dir: Path
-    device_type: str
     log_every: int
     adapter: Optional[Adapter] = None
     strategy: str = "ddp"
@@ -117,8 +116,7 @@ def validate(
     return {"val_acc": correct / count, "val_loss": loss / count}
 
 
-def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
-    device = torch.device("cuda", rank) if job.device_type == "cuda" else torch.device("cpu")
+def train_worker(rank: int, world_size: int, device: torch.device, job: TrainingJob) -> None:
     torch.manual_seed(derive_seed(job.plan.seed, "init"))  # for any freshly initialised weights
     model = RankClassificationModel(job.spec, job.adapter, job.gradient_checkpointing, job.shared_context).to(device)
     model.train()  # from_pretrained gives eval mode
@@ -138,7 +136,7 @@ def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
         if rank == 0:
             logger.info("Resuming from the checkpoint of step %d (%s)", progress.step, latest)
     collate = RankClassificationCollator(job.pad_token_id, job.max_length, model.shares_contexts)
-    callbacks = _callbacks(job, rank, world_size, EngineView(trained, optimizer, schedule))
+    callbacks = _callbacks(job, rank, world_size, device, EngineView(trained, optimizer, schedule))
     for callback, state in zip(callbacks, training_state["callbacks"]):
         callback.load_state_dict(state)
 
@@ -216,7 +214,9 @@ def train_worker(rank: int, world_size: int, job: TrainingJob) -> None:
         callback.post_train_loop(job.train_steps - 1, last_epoch)
 
 
-def _callbacks(job: TrainingJob, rank: int, world_size: int, engine: EngineView) -> List[TrainCallback]:
+def _callbacks(
+    job: TrainingJob, rank: int, world_size: int, device: torch.device, engine: EngineView
+) -> List[TrainCallback]:
     if not job.callbacks:
         return []
     config = TrainConfig(
@@ -232,7 +232,7 @@ def _callbacks(job: TrainingJob, rank: int, world_size: int, engine: EngineView)
         checkpoint_every=job.validate_every,
         validate_every=job.validate_every,
         is_distributed=world_size > 1,
-        devices=list(range(world_size)) if job.device_type == "cuda" else [-1] * world_size,
+        devices=list(range(world_size)) if device.type == "cuda" else [-1] * world_size,
         val_metric_name="acc",
         minimize_val_metric=False,
         world_size=world_size,

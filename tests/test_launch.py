@@ -47,20 +47,23 @@ def run_config(tmp_path: Path, name: str, **settings) -> Path:
 
 @pytest.mark.e2e
 @pytest.mark.ddp
-@pytest.mark.parametrize("join_first", [False, True])
-def test_two_nodes_train_the_model_of_one_node_with_two_workers(tmp_path, join_first):
+@pytest.mark.parametrize("launcher", ["join first", "slurm node script, node 0 first"])
+def test_two_nodes_train_the_model_of_one_node_with_two_workers(tmp_path, launcher):
     two_nodes = run_config(tmp_path, "nodes", nodes=2, device_count=1, device="cpu")
     one_node = run_config(tmp_path, "one", nodes=1, device_count=2, device="cpu")
-    node0 = [TANGO, "run", str(two_nodes), "-w", str(tmp_path / "ws2")]
-    node1 = [sys.executable, "-m", "catwalk_steps.join", str(two_nodes), "finetune", "-w", str(tmp_path / "ws2"),
-             "--timeout", "300"]
-    order = [node1, node0] if join_first else [node0, node1]  # any node may start first
-    processes = [subprocess.Popen(cmd, cwd=REPO, env=ENV, text=True, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT) for cmd in order]
+    if launcher == "join first":  # any node may start first
+        node0 = [TANGO, "run", str(two_nodes), "-w", str(tmp_path / "ws2")]
+        node1 = [sys.executable, "-m", "catwalk_steps.join", str(two_nodes), "finetune", "-w", str(tmp_path / "ws2")]
+        commands, envs = [node1, node0], [ENV, ENV]
+    else:  # as srun starts examples/finetune_node.sh on each node
+        script = ["examples/finetune_node.sh", str(two_nodes), "finetune", str(tmp_path / "ws2")]
+        commands, envs = [script, script], [{**ENV, "SLURM_NODEID": str(node)} for node in (0, 1)]
+    processes = [subprocess.Popen(command, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT) for command, env in zip(commands, envs)]
     outputs = [p.communicate(timeout=600)[0] for p in processes]
     for process, output in zip(processes, outputs):
         assert process.returncode == 0, output[-3000:]
-    assert "finetune succeeded" in outputs[0 if join_first else 1]
+    assert "finetune succeeded" in outputs[0 if launcher == "join first" else 1]
     subprocess.run([TANGO, "run", str(one_node), "-w", str(tmp_path / "ws1")], cwd=REPO, env=ENV, check=True,
                    capture_output=True)
     a, b = weights_of(tmp_path / "ws2"), weights_of(tmp_path / "ws1")
@@ -70,6 +73,20 @@ def test_two_nodes_train_the_model_of_one_node_with_two_workers(tmp_path, join_f
     # 1 node of 2 workers and 2 nodes of 1 run the same micro-batches with the same dropout
     # masks and sum the same gradients over the same group: the README's 1e-4 across device counts.
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4
+
+
+def test_slurm_submission_asks_for_the_steps_nodes(tmp_path):
+    config = run_config(tmp_path, "nodes", nodes=3, device_count=1, device="cpu")
+    stand_in = tmp_path / "bin" / "sbatch"  # no Slurm here: a stand-in that shows what it was asked
+    stand_in.parent.mkdir()
+    stand_in.write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/args"\necho 42\n')
+    stand_in.chmod(0o755)
+    env = {**ENV, "PATH": f"{stand_in.parent}:{ENV['PATH']}"}
+    submitted = subprocess.run(["examples/slurm_finetune.sh", str(config), "finetune", str(tmp_path / "ws")],
+                               cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert "Submitted finetune on 3 node(s) (job 42)" in submitted.stdout
+    args = (stand_in.parent / "args").read_text()
+    assert "--nodes=3 --ntasks-per-node=1" in args and "examples/finetune_node.sh" in args
 
 
 def test_joining_without_node_0_fails_naming_the_timeout(tmp_path):

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Submits a multi-node fine-tuning step (catwalk::finetune with `nodes: N`) as one Slurm job of N
+# nodes, one srun task per node (finetune_node.sh): node 0 runs the step with `tango run -s STEP`,
+# every other node joins it with `python -m catwalk_steps.join`. Afterwards the step is in the
+# workspace's cache, and any config that uses it reads it from there.
+#   examples/slurm_finetune.sh CONFIG STEP WORKSPACE
+# Run it from the repository root, in the activated environment (sbatch passes it on), with
+# WORKSPACE on a filesystem every node sees. GPUs per node, partition and time limit through
+# sbatch's own environment variables, e.g. SBATCH_GRES=gpu:8 SBATCH_PARTITION=gpu
+# SBATCH_TIMELIMIT=12:00:00. The step's `device_count` is per node; `max_restarts` lets torch's
+# elastic agents restart the workers after a failure; a resubmitted job resumes from the last
+# checkpoint.
+set -euo pipefail
+config=${1:?usage: slurm_finetune.sh CONFIG STEP WORKSPACE} step=${2:?STEP} workspace=${3:?WORKSPACE}
+nodes=$(python - "$config" "$step" <<'PY'
+import sys
+from tango.common import Params
+steps = Params.from_file(sys.argv[1]).as_dict(quiet=True)["steps"]
+if sys.argv[2] not in steps or steps[sys.argv[2]].get("type") != "catwalk::finetune":
+    sys.exit(f"{sys.argv[1]} has no catwalk::finetune step {sys.argv[2]!r}")
+print(steps[sys.argv[2]].get("nodes", 1))
+PY
+)
+node_command=$(printf '%q ' srun --ntasks-per-node=1 examples/finetune_node.sh "$config" "$step" "$workspace")
+job=$(sbatch --parsable --job-name="finetune-$step" --nodes="$nodes" --ntasks-per-node=1 --wrap "$node_command")
+echo "Submitted $step on $nodes node(s) (job $job)"

@@ -1,5 +1,7 @@
 """FSDP (torch's fully_shard) on 2 gloo processes: the model DDP trains, and resumable."""
 
+from types import SimpleNamespace
+
 import pytest
 from tango.common.lazy import Lazy
 from tango.workspaces import LocalWorkspace
@@ -12,11 +14,11 @@ from .test_training_invariance import WEIGHT_TOLERANCE, Interrupt, largest_diffe
 pytestmark = pytest.mark.ddp
 
 
-def finetune(task, strategy: str, **extra) -> FinetuneStep:
+def finetune(task, strategy: str, device_count: int = 2, **extra) -> FinetuneStep:
     return FinetuneStep(
         model=TINY_MODEL, tasks=[task], batch_size=8, micro_batch_size=2, train_epochs=2, train_limit=37,
-        validation_limit=21, learning_rate=1e-3, validate_every=2, device_count=2, strategy=strategy,
-        step_name="finetune", **extra,
+        validation_limit=21, learning_rate=1e-3, validate_every=2, device_count=device_count, strategy=strategy,
+        step_name="finetune", keep_checkpoints=True, **extra,
     )
 
 
@@ -45,12 +47,55 @@ def test_fsdp_trains_the_model_ddp_trains(ddp, tmp_path, adapter):
     assert sharded.training_metrics["val_acc"] == reference.training_metrics["val_acc"]
 
 
-def test_fsdp_resumes_after_an_interruption_also_as_ddp(ddp, tmp_path):
+@pytest.mark.parametrize(
+    "first, then",
+    [(("fsdp", 2), ("fsdp", 2)), (("fsdp", 2), ("ddp", 2)), (("fsdp", 2), ("ddp", 1)), (("ddp", 2), ("fsdp", 2)),
+     (("ddp", 1), ("fsdp", 2))],
+    ids=lambda run: f"{run[0]}x{run[1]}",
+)
+def test_sharded_checkpoints_resume_under_either_strategy_on_any_worker_count(ddp, tmp_path, first, then):
     task, reference = ddp
     workspace = LocalWorkspace(tmp_path)
+    interrupted = finetune(task, *first, callbacks=[Lazy(Interrupt, at=5)])
     with pytest.raises(Exception, match="interrupted at step 5"):
-        finetune(task, "fsdp", callbacks=[Lazy(Interrupt, at=5)]).result(workspace)
-    resumed = finetune(task, "ddp").result(workspace)  # a checkpoint is a checkpoint
+        interrupted.result(workspace)
+    (checkpoint,) = (workspace.work_dir(interrupted) / "checkpoints").glob("step-0000004")
+    # Each worker wrote its own shards (under DDP the replicas' tensors are written once).
+    assert len(list(checkpoint.glob("*.distcp"))) == first[1]
+    resumed = finetune(task, *then).result(workspace)
     worst = largest_difference(reference.state_dict, resumed.state_dict)
-    print(f"FSDP interrupted, resumed as DDP: largest weight difference {worst:.1e}")
+    print(f"{first} interrupted, resumed as {then}: largest weight difference {worst:.1e}")
     assert worst < WEIGHT_TOLERANCE
+    assert resumed.training_metrics["val_acc"] == reference.training_metrics["val_acc"]
+
+
+def _compare_shards(rank: int, world_size: int, device, out: str) -> None:
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    from catwalk_steps.models.loading import ModelSpec
+    from catwalk_steps.training.strategies import sharded_model
+
+    job = SimpleNamespace(strategy="fsdp", adapter=None, spec=ModelSpec.parse(TINY_MODEL), gradient_checkpointing=False,
+                          shared_context=True)
+    model = sharded_model(job, world_size, device)
+    whole = ModelSpec.parse(TINY_MODEL).load_model().state_dict()
+    kept, total = 0, 0
+    for name, parameter in model.lm.named_parameters():
+        assert isinstance(parameter, DTensor), name
+        kept += parameter.to_local().numel()
+        total += parameter.numel()
+        assert torch.equal(parameter.full_tensor(), whole[name]), name  # gathered here only to compare
+    with open(f"{out}.{rank}", "w") as f:
+        f.write(f"{kept} {total}")
+
+
+def test_fsdp_workers_read_only_their_own_shards(tmp_path):
+    import torch
+
+    from catwalk_steps.distributed.launch import launch
+
+    launch(_compare_shards, [torch.device("cpu")] * 2, str(tmp_path / "kept"))
+    kept = [tuple(map(int, (tmp_path / f"kept.{rank}").read_text().split())) for rank in (0, 1)]
+    assert kept[0][1] == kept[1][1] and abs(kept[0][0] + kept[1][0] - kept[0][1]) <= kept[0][1] // 100
+    assert max(k for k, _ in kept) <= 0.55 * kept[0][1]  # each about half, shards padded to equal size

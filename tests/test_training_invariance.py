@@ -32,7 +32,8 @@ def finetune(task, device_count: int, train_size: int, micro_batch_size: int, dr
     return FinetuneStep(
         model=TINY_MODEL, tasks=[task], batch_size=BATCH, micro_batch_size=micro_batch_size, train_epochs=2,
         train_limit=train_size, validation_limit=VALIDATION, learning_rate=1e-3, validate_every=2,
-        config_overrides={} if dropout else NO_DROPOUT, device_count=device_count, step_name="finetune", **extra,
+        config_overrides={} if dropout else NO_DROPOUT, device_count=device_count, step_name="finetune",
+        keep_checkpoints=True, **extra,
     )
 
 

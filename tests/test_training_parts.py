@@ -13,7 +13,6 @@ from catwalk_steps.training import checkpoints as checkpoints_module
 from catwalk_steps.training.batches import BatchPlan
 from catwalk_steps.training.checkpoints import CheckpointStore, Progress
 from catwalk_steps.training.seeds import derive_seed
-from catwalk_steps.storage.weights import load_state_dict
 from catwalk_steps.distributed.devices import available_cpus, worker_devices
 from catwalk_steps.distributed.launch import WorkerFailedError, launch
 
@@ -44,9 +43,20 @@ def test_epochs_have_their_own_order_and_seeds_their_own_epochs():
     assert derive_seed(42, "dropout", 1, 0) == derive_seed(42, "dropout", 1, 0) < 2**63
 
 
+def model_and_optimizer(value: float):
+    model = torch.nn.Linear(3, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(value)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()  # Adam state to save
+    return model, optimizer
+
+
 def checkpoint(store: CheckpointStore, step: int, value: float, validations):
-    weights = {"w": torch.full((3,), value)}
-    store.save(weights, {"optimizer": {"step": torch.tensor(step)}}, Progress(step, list(validations)), 1)
+    model, optimizer = model_and_optimizer(value)
+    store.save(model, optimizer, {"schedule": {"step": step}}, Progress(step, list(validations)), rank=0, world_size=1)
+    return model, optimizer
 
 
 def test_checkpoints_keep_the_latest_and_the_best(tmp_path):
@@ -54,30 +64,39 @@ def test_checkpoints_keep_the_latest_and_the_best(tmp_path):
     records = []
     for step, acc in [(2, 0.5), (4, 0.75), (6, 0.6), (8, 0.7)]:
         records.append({"step": step, "val_acc": acc, "val_loss": 1.0})
-        checkpoint(store, step, float(step), records)
+        saved, saved_optimizer = checkpoint(store, step, float(step), records)
     assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-0000004", "step-0000008"]
-    weights, state, progress = store.load(store.latest())
-    assert progress.step == 8 and progress.best["step"] == 4 and state["optimizer"]["step"].item() == 8
-    path, meta = store.weights_of(4)
-    assert torch.equal(load_state_dict(path, meta)["w"], torch.full((3,), 4.0))
+    model, optimizer = model_and_optimizer(0.0)
+    state = store.load(store.latest(), model, optimizer)
+    progress = Progress(**state["progress"])
+    assert progress.step == 8 and progress.best["step"] == 4 and state["training_state"]["schedule"]["step"] == 8
+    assert torch.equal(model.weight, saved.weight)
+    for key, value in saved_optimizer.state[saved.weight].items():  # Adam's moments, restored exactly
+        assert torch.equal(optimizer.state[model.weight][key], value), key
+    store.load_weights(store.path(4), model)
+    assert torch.equal(model.weight, model_and_optimizer(4.0)[0].weight)
 
 
-@pytest.mark.parametrize("killed_in", ["save_state_dict", "replace", "replace_atomically"])
+@pytest.mark.parametrize("killed_in", ["dcp_save", "replace", "replace_atomically"])
 def test_a_kill_while_checkpointing_leaves_the_previous_checkpoint_readable(tmp_path, monkeypatch, killed_in):
+    import torch.distributed.checkpoint as dcp
+
     store = CheckpointStore(tmp_path)
     checkpoint(store, 2, 2.0, [])
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt
 
-    target = os if killed_in == "replace" else checkpoints_module
-    monkeypatch.setattr(target, killed_in, killed)
+    target = {"dcp_save": (dcp, "save"), "replace": (os, "replace"),
+              "replace_atomically": (checkpoints_module, "replace_atomically")}[killed_in]
+    monkeypatch.setattr(*target, killed)
     with pytest.raises(KeyboardInterrupt):
         checkpoint(store, 4, 4.0, [])
     monkeypatch.undo()
 
-    weights, _, progress = store.load(store.latest())
-    assert progress.step == 2 and torch.equal(weights["w"], torch.full((3,), 2.0))
+    model, optimizer = model_and_optimizer(0.0)
+    state = store.load(store.latest(), model, optimizer)
+    assert state["progress"]["step"] == 2 and torch.equal(model.weight, model_and_optimizer(2.0)[0].weight)
     checkpoint(store, 4, 4.0, [])  # the next run's checkpoint replaces whatever was left
     assert store.progress().step == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.json", "step-0000004"]

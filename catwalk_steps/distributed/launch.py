@@ -16,16 +16,16 @@ import uuid
 from datetime import timedelta
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import torch
 import torch.distributed as dist
 from tango.common.logging import EnvVarNames, initialize_worker_logging
 from tango.common.util import get_extra_imported_modules, import_extra_module
-from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, record
-from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
 from .devices import available_cpus
+
+if TYPE_CHECKING:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
 #: The workers' function: ``fn(rank, world_size, device, *args)``.
 WorkerFn = Callable[..., None]
@@ -60,6 +60,9 @@ def launch(
     """Runs ``fn(rank, world_size, device, *args)`` on one worker per entry of ``devices`` (this
     node's), on every node, with a process group set up. One worker on one node without
     restarts runs in this process."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # 1 s of imports: only here
+
     nodes = nodes or Nodes()
     if len(devices) == 1 and nodes.count == 1 and max_restarts == 0:
         fn(0, 1, devices[0], *args)
@@ -83,7 +86,7 @@ def launch(
             raise WorkerFailedError(_first_failure(error, Path(reports), nodes.count * len(devices))) from error
 
 
-def _first_failure(error: ChildFailedError, reports: Path, world_size: int) -> str:
+def _first_failure(error: "ChildFailedError", reports: Path, world_size: int) -> str:
     """Which worker failed first, and how. A crash (a worker killed by a signal other than the
     agent's SIGTERM) is the cause of whatever its peers then raise; else the earliest exception
     raised, by the time each worker noted before its peers could fail in turn at a collective
@@ -110,10 +113,16 @@ def _store(rank: int, world_size: int) -> dist.Store:
     return dist.PrefixStore(f"catwalk/attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
-@record
 def _worker(fn: WorkerFn, devices: List[torch.device], packages: List[str], reports: Path, args: tuple) -> None:
-    """A worker's life: the config's packages (for registered callbacks), logging to the parent,
-    its device and threads, the process group, then ``fn``."""
+    """A worker's life, its error recorded for the agent (``record``)."""
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    record(_work)(fn, devices, packages, reports, args)
+
+
+def _work(fn: WorkerFn, devices: List[torch.device], packages: List[str], reports: Path, args: tuple) -> None:
+    """The config's packages (for registered callbacks), logging to the parent, the worker's
+    device and threads, the process group, then ``fn``."""
     for package in packages:
         import_extra_module(package)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

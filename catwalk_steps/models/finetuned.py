@@ -3,6 +3,7 @@ plus JSON saying what they belong to."""
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional
@@ -80,6 +81,16 @@ class FinetunedModel:
 
 
 @Format.register("catwalk::finetuned_model")
+def _link_or_copy(source: Path, target: Path) -> None:
+    """A second name for ``source`` (training's result file, in the step's work dir, on the same
+    filesystem as the entry): no second copy on disk, nor time spent copying; else a copy."""
+    target.unlink(missing_ok=True)  # left by a killed run
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
 @keep_class_path("catwalk_steps.weights.FinetunedModelFormat")
 class FinetunedModelFormat(Format[FinetunedModel]):
     """``model.safetensors`` (the full model's or the adapter's weights) and ``model.json`` (the
@@ -90,10 +101,13 @@ class FinetunedModelFormat(Format[FinetunedModel]):
 
     def write(self, artifact: FinetunedModel, dir: PathOrStr) -> None:
         dir = Path(dir)
-        if artifact._state_dict is None:  # copy the file, never the tensors, into memory
-            replace_atomically(dir / WEIGHTS_FILE, lambda p: shutil.copyfile(artifact.weights_file, p))
+        if artifact._state_dict is None:  # the file, never the tensors, into memory
+            replace_atomically(dir / WEIGHTS_FILE, lambda p: _link_or_copy(artifact.weights_file, p))
             weights_meta = dict(artifact.weights_meta)
             check_sha256(dir / WEIGHTS_FILE, weights_meta["sha256"])
+            # From now on the weights live in the entry: the work dir's name for them goes once
+            # the entry is complete (FinetuneStep.clean_work_dir).
+            artifact.weights_file = dir / WEIGHTS_FILE
         else:
             weights_meta = save_state_dict(artifact.state_dict, dir / WEIGHTS_FILE)
         meta = {

@@ -41,9 +41,11 @@ def masked_logprob_sums(logits: torch.Tensor, targets: torch.Tensor, mask: torch
     return token_logprobs(logits, targets).masked_fill(~mask.bool(), 0.0).sum(-1)
 
 
-def output_layer(lm: "PreTrainedModel") -> Optional[torch.nn.Module]:
+def output_layer(lm: "PreTrainedModel", compare_logits: bool = True) -> Optional[torch.nn.Module]:
     """``lm``'s output layer if its logits are that layer applied to the hidden states of
-    ``lm.base_model``, else ``None``. Checked once per model (in eval mode, without gradients)."""
+    ``lm.base_model``, else ``None``. Checked once per model (in eval mode, without gradients);
+    by its config alone without ``compare_logits`` (for weights not in memory yet, e.g. on the
+    meta device before each worker loads its shards)."""
     head = lm.get_output_embeddings() if hasattr(lm, "get_output_embeddings") else None
     if lm not in _checked:
         plain = (
@@ -52,7 +54,7 @@ def output_layer(lm: "PreTrainedModel") -> Optional[torch.nn.Module]:
             and not lm.config.is_encoder_decoder
             and cache_keyword(lm.base_model) is not None
             and all(getattr(lm.config, name, None) in (None, 1, 1.0) for name in _LOGIT_TRANSFORMS)
-            and _same_logits(lm, head)
+            and (not compare_logits or _same_logits(lm, head))
         )
         _checked[lm] = plain
     return head if _checked[lm] else None

@@ -10,7 +10,7 @@ and the backward pass (:mod:`.shared_context`): the same loss and gradients as e
 dropout mask, which is why the setting is part of a fine-tuned model's cache key.
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -22,13 +22,18 @@ from .loading import ModelSpec
 from .output_layer import output_layer
 from .scoring import Query, collate_queries, continuation_logliks
 from .shared_context import can_share_contexts, collate_shared, shared_context_logliks
+from .streaming import tied_parameter_names
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class RankClassificationModel(Model):
-    """The LM of ``spec``, with a fresh ``adapter`` if given (then only the adapter trains), and
-    activations recomputed in the backward pass with ``gradient_checkpointing``. Contexts are shared
-    by their choices where ``shared_context`` is asked for and the model can
-    (:attr:`shares_contexts`; not with gradient checkpointing, nor for encoder-decoder models)."""
+    """The LM of ``spec`` (or ``lm``, e.g. one whose weights are still on the meta device), with
+    a fresh ``adapter`` if given (then only the adapter trains), and activations recomputed in the
+    backward pass with ``gradient_checkpointing``. Contexts are shared by their choices where
+    ``shared_context`` is asked for and the model can (:attr:`shares_contexts`; not with gradient
+    checkpointing, nor for encoder-decoder models)."""
 
     def __init__(
         self,
@@ -36,19 +41,18 @@ class RankClassificationModel(Model):
         adapter: Optional[Adapter] = None,
         gradient_checkpointing: bool = False,
         shared_context: bool = False,
+        lm: Optional["PreTrainedModel"] = None,
     ) -> None:
         super().__init__()
-        lm = spec.load_model()
+        lm = spec.load_model() if lm is None else lm
         if gradient_checkpointing:
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.shares_contexts = shared_context and can_share_contexts(lm)
-        output_layer(lm)  # checked now, in eval mode, before training or sharding wraps the model
+        if not any(p.is_meta for p in lm.parameters()):  # else by whoever fills the weights in
+            output_layer(lm)  # checked now, in eval mode, before training or sharding wraps the model
         self.lm = add_adapter(lm, adapter) if adapter is not None else lm
         #: Names that share one parameter (GPT-2's lm_head and input embeddings).
-        shared: Dict[int, List[str]] = {}
-        for name, parameter in self.lm.named_parameters(remove_duplicate=False):
-            shared.setdefault(id(parameter), []).append(name)
-        self.tied_names = [names for names in shared.values() if len(names) > 1]
+        self.tied_names = tied_parameter_names(self.lm)
 
     def forward(
         self, choice_instance: torch.Tensor, choice_index: torch.Tensor, labels: torch.Tensor, **queries: torch.Tensor

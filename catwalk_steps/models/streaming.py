@@ -92,6 +92,15 @@ def _first(keys: List[str]) -> str:
     return ", ".join(keys[:5]) + (f" (+{len(keys) - 5} more)" if len(keys) > 5 else "") if keys else "none"
 
 
+def tied_parameter_names(lm: torch.nn.Module) -> List[List[str]]:
+    """The names of each parameter that several names share (GPT-2's ``lm_head.weight`` and
+    ``transformer.wte.weight``), the first one the owner."""
+    shared: Dict[int, List[str]] = {}
+    for name, parameter in lm.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(parameter), []).append(name)
+    return [names for names in shared.values() if len(names) > 1]
+
+
 def safetensors_files(directory: Path) -> Optional[List[Path]]:
     """A saved model's safetensors files (one, or the shards of its index), if it has them."""
     index = directory / "model.safetensors.index.json"

@@ -2,9 +2,10 @@
 was computed (device count, interruptions)."""
 
 import math
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from tango import Step
 from tango.common import Tqdm
@@ -24,9 +25,9 @@ from ..models.scoring import encode_pair
 from ..tasks import MCInstance, MultipleChoiceTask
 from ..tango_fixes.class_paths import keep_class_path
 from ..training.batches import BatchPlan
-
-if TYPE_CHECKING:
-    from ..training.loop import TrainingJob
+from ..training.checkpoints import CHECKPOINTS
+from ..training.result import RESULT, finished
+from ..training.result import WEIGHTS as RESULT_WEIGHTS
 
 STRATEGIES = ("ddp", "fsdp")  # see training.strategies
 #: Seconds a node waits for the others of a multi-node run to arrive.
@@ -108,6 +109,7 @@ class FinetuneStep(Step):
     FORMAT = FinetunedModelFormat()
     SKIP_ID_ARGUMENTS = {
         "device_count", "nodes", "max_restarts", "device", "strategy", "distributed_port", "log_every", "callbacks",
+        "keep_checkpoints",
     }
     _joining: Optional["_Joining"] = None
     METADATA = {"artifact_kind": "model"}
@@ -182,6 +184,7 @@ class FinetuneStep(Step):
         distributed_port: Optional[int] = None,
         log_every: int = 10,
         callbacks: Optional[List[Lazy[TrainCallback]]] = None,
+        keep_checkpoints: bool = False,
     ) -> FinetunedModel:
         """
         :param model: ``rc::<hub name or local directory>`` of the model to start from.
@@ -227,6 +230,9 @@ class FinetuneStep(Step):
         :param callbacks: Tango ``TrainCallback``s, e.g. ``{type: "wandb::log"}`` (with
             ``tango.integrations.wandb`` in ``include_package`` and ``wandb`` installed). They are
             not in the cache key, so they must only observe training, not change it.
+        :param keep_checkpoints: keep the checkpoints (the latest and the best: sharded weights and
+            optimizer state, for continuing training) once the result is cached; by default they
+            are deleted then, and the cache entry holds the result alone. Not in the cache key.
         """
         from ..training.loop import TrainingJob, train_worker  # transformers, peft: only when training
 
@@ -234,9 +240,13 @@ class FinetuneStep(Step):
             (self._joining.workspace, self._joining.work_dir) if self._joining else (self.workspace, self.work_dir)
         )
 
+        spec = ModelSpec.parse(model, tokenizer=tokenizer, config_overrides=config_overrides or {})
+        done = None if self._joining else self._result(work_dir, spec, adapter)
+        if done is not None:  # a run killed after training, before its result was cached
+            self.logger.info("Training had ended; its result is taken from %s", work_dir / RESULT)
+            return done
         devices = worker_devices(device, device_count)  # before any model or data is loaded
         micro_batch_size = check_batching(batch_size, micro_batch_size, device_count * nodes)
-        spec = ModelSpec.parse(model, tokenizer=tokenizer, config_overrides=config_overrides or {})
         tok = spec.load_tokenizer()
 
         def examples(split: str, limit: Optional[int]) -> List[Dict[str, Any]]:
@@ -288,7 +298,9 @@ class FinetuneStep(Step):
         finally:
             if meeting is not None:
                 withdraw(work_dir, meeting)
-        return self._result(job)
+        result = self._result(work_dir, spec, adapter)
+        assert result is not None, "the workers ended without writing the result"
+        return result
 
     def join(self, workspace: Workspace, timeout: float = RENDEZVOUS_TIMEOUT) -> None:
         """Runs this machine's workers for a run of this step with ``nodes > 1`` whose node 0 is
@@ -311,13 +323,21 @@ class FinetuneStep(Step):
             finally:
                 self._joining = None
 
-    def _result(self, job: "TrainingJob") -> FinetunedModel:
-        """The best validation's weights (or the last step's) from the training's checkpoints."""
-        progress = job.checkpoints.progress()
-        best = progress.best
-        step = best["step"] if best else progress.step
-        weights_file, weights_meta = job.checkpoints.weights_of(step)
+    @staticmethod
+    def _result(work_dir: Path, spec: ModelSpec, adapter: Optional[Adapter]) -> Optional[FinetunedModel]:
+        """What a completed training wrote into ``work_dir`` (the best validation's weights, or
+        the last step's), if it completed."""
+        record = finished(work_dir)
+        if record is None:
+            return None
         return FinetunedModel(
-            job.spec, training_metrics=best or {"step": step}, adapter=job.adapter,
-            weights_file=weights_file, weights_meta=weights_meta,
+            spec, training_metrics=record["training_metrics"], adapter=adapter,
+            weights_file=work_dir / RESULT / RESULT_WEIGHTS, weights_meta=record["weights"],
         )
+
+    def clean_work_dir(self, work_dir: Path) -> None:
+        """Called once the result is in the cache: the checkpoints go (unless ``keep_checkpoints``),
+        and so does the result's second name in the work dir."""
+        if not self.kwargs.get("keep_checkpoints"):
+            shutil.rmtree(work_dir / CHECKPOINTS, ignore_errors=True)
+        shutil.rmtree(work_dir / RESULT, ignore_errors=True)

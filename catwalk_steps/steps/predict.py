@@ -76,6 +76,11 @@ class PredictStep(Step):
         gpus = gpu_count(self.kwargs.get("device", "auto"), self.kwargs.get("device_count", 1))
         return self.step_resources or StepResources(gpu_count=gpus)
 
+    def clean_work_dir(self, work_dir: Path) -> None:
+        """Called once the predictions are in the cache: their journals go."""
+        for journal in work_dir.glob("scores-*.jsonl"):
+            journal.unlink()
+
     def run(  # type: ignore[override]
         self,
         model: Union[str, FinetunedModel],

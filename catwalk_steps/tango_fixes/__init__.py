@@ -13,6 +13,7 @@ from . import (  # noqa: F401  (each patches Tango on import)
     package_walk,
     registered_runs,
     wait_for_running_step,
+    work_dir_cleanup,
     writable_workspace,
 )
 

@@ -1,31 +1,37 @@
-"""Training checkpoints that any number of workers can resume from, and that a kill at any
-moment leaves readable.
+"""Training checkpoints that any number of workers, under DDP or FSDP, can resume from, that no
+worker has to hold whole, and that a kill at any moment leaves readable.
 
 Tango's trainer writes one set of files per worker (``worker{rank}_model.pt``), so a run killed
 on 1 device could not resume on 2; and its rank 0 moved the ``latest`` link and deleted older
-checkpoints before the other ranks had written theirs. Here a checkpoint is the *global* state,
-written by rank 0 alone (DDP keeps every replica identical): weights as checksummed safetensors,
-optimizer and schedule state as tensors (read back with ``weights_only=True``), progress as
-JSON. Each checkpoint is written to a temporary directory and renamed into place; only then
-does ``latest.json`` (replaced atomically) point to it, and only then are older ones deleted.
+checkpoints before the other ranks had written theirs. Here a checkpoint is written with
+``torch.distributed.checkpoint`` (DCP): every worker writes its own shards of the weights and
+the optimizer state (under DDP the replicas' identical tensors are written once), keyed by
+parameter name, so that DCP reshards them on load for any world size and either strategy. The
+schedule, the callbacks' state and the progress are JSON. A checkpoint is written into a
+temporary directory; once every worker's shards are in (DCP's own final barrier), rank 0 renames
+it into place, only then points ``latest.json`` to it, and only then deletes older ones.
 """
 
 import json
 import os
 import shutil
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import torch
+import torch.distributed as dist
 
 from ..storage.atomic import replace_atomically
-from ..storage.weights import load_state_dict, save_state_dict
 
+# One worker saves and loads with no process group (``no_dist``), which DCP warns about each time.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+
+CHECKPOINTS = "checkpoints"  # in the step's work dir
 LATEST = "latest.json"
-WEIGHTS = "model.safetensors"
-OPTIMIZER = "optimizer.pt"
 STATE = "state.json"
+SHARDS_METADATA = ".metadata"  # written by DCP last, on the coordinator
 
 
 @dataclass
@@ -51,55 +57,97 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def _options(model: torch.nn.Module):
+    """Only what trains: a frozen base model under an adapter is the pretrained one, reloaded."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    frozen = any(not p.requires_grad for p in model.parameters())
+    return StateDictOptions(ignore_frozen_params=frozen, strict=not frozen)
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
 class CheckpointStore:
     def __init__(self, dir: Path) -> None:
         self.dir = Path(dir)
 
-    def _path(self, step: int) -> Path:
+    def path(self, step: int) -> Path:
         return self.dir / f"step-{step:07d}"
 
     def latest(self) -> Optional[Path]:
+        """The latest complete checkpoint. One from before checkpoints were sharded (no DCP
+        metadata) cannot be resumed from: it is skipped, and training starts over."""
         pointer = self.dir / LATEST
-        return self._path(json.loads(pointer.read_text())["step"]) if pointer.exists() else None
+        if not pointer.exists():
+            return None
+        path = self.path(json.loads(pointer.read_text())["step"])
+        return path if (path / SHARDS_METADATA).exists() else None
 
     def save(
-        self, weights: Dict[str, torch.Tensor], training_state: Dict[str, Any], progress: Progress, world_size: int
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, training_state: Dict[str, Any],
+        progress: Progress, rank: int, world_size: int,
     ) -> None:
-        """Writes the checkpoint of ``progress.step``, then keeps only it and the best one.
-        ``world_size`` is recorded for people, and never read back."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        final = self._path(progress.step)
-        temp = final.with_name("." + final.name + ".tmp")
-        shutil.rmtree(temp, ignore_errors=True)
-        temp.mkdir()
-        meta = save_state_dict(weights, temp / WEIGHTS)
-        torch.save(training_state, temp / OPTIMIZER)
-        _fsync(temp / OPTIMIZER)
-        (temp / STATE).write_text(json.dumps({"progress": asdict(progress), "weights": meta, "world_size": world_size}, indent=1))
-        _fsync(temp / STATE)
-        shutil.rmtree(final, ignore_errors=True)  # left by a run killed before it pointed to it
-        os.replace(temp, final)
-        _fsync(self.dir)
-        replace_atomically(self.dir / LATEST, lambda p: p.write_text(json.dumps({"step": progress.step})))
+        """Writes the checkpoint of ``progress.step`` (every worker must call), then keeps only it
+        and the best one. ``training_state`` (JSON) comes from rank 0; ``world_size`` is recorded
+        for people, and never read back."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        best = progress.best
-        keep = {final.name, self._path(best["step"]).name if best else final.name}
+        final = self.path(progress.step)
+        temp = final.with_name("." + final.name + ".tmp")
+        if rank == 0:
+            shutil.rmtree(temp, ignore_errors=True)  # left by a killed run
+            temp.mkdir(parents=True)
+        _barrier()
+        model_state, optimizer_state = get_state_dict(model, optimizer, options=_options(model))
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=temp, no_dist=not dist.is_initialized())
+        if rank == 0:
+            state = {"progress": asdict(progress), "training_state": training_state, "world_size": world_size}
+            (temp / STATE).write_text(json.dumps(state, indent=1))
+            for path in temp.iterdir():
+                _fsync(path)
+            shutil.rmtree(final, ignore_errors=True)  # left by a run killed before it pointed to it
+            os.replace(temp, final)
+            _fsync(self.dir)
+            replace_atomically(self.dir / LATEST, lambda p: p.write_text(json.dumps({"step": progress.step})))
+            best = progress.best
+            self.keep({final.name, self.path(best["step"]).name if best else final.name})
+        _barrier()  # no worker moves on before the checkpoint is complete
+
+    def keep(self, names) -> None:
         for path in self.dir.glob("*step-*"):
-            if path.name not in keep:
+            if path.name not in names:
                 shutil.rmtree(path, ignore_errors=True)
 
-    def load(self, path: Path):
-        """``(weights, training_state, progress)`` of the checkpoint at ``path``."""
-        state = json.loads((path / STATE).read_text())
-        weights = load_state_dict(path / WEIGHTS, state["weights"])
-        training_state = torch.load(path / OPTIMIZER, map_location="cpu", weights_only=True)
-        return weights, training_state, Progress(**state["progress"])
+    def load(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Dict[str, Any]:
+        """Loads the checkpoint at ``path`` into ``model`` and ``optimizer`` (every worker must
+        call; each reads the shards it keeps, whatever the world size and strategy that wrote
+        them); returns its JSON state (``progress``, ``training_state``)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        options = _options(model)
+        model_state, optimizer_state = get_state_dict(model, optimizer, options=options)
+        state = {"model": model_state, "optimizer": optimizer_state}
+        dcp.load(state, checkpoint_id=path, no_dist=not dist.is_initialized())
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
+                       options=options)
+        return json.loads((path / STATE).read_text())
+
+    def load_weights(self, path: Path, model: torch.nn.Module) -> None:
+        """Only the weights of the checkpoint at ``path`` (every worker must call)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+        options = _options(model)
+        state = {"model": get_model_state_dict(model, options=options)}
+        dcp.load(state, checkpoint_id=path, no_dist=not dist.is_initialized())
+        set_model_state_dict(model, state["model"], options=options)
 
     def progress(self) -> Progress:
         """The progress recorded in the latest checkpoint."""
-        return Progress(**json.loads((self.latest() / STATE).read_text())["progress"])
-
-    def weights_of(self, step: int) -> Tuple[Path, Dict[str, Any]]:
-        """The weights file of the checkpoint of ``step``, and what :func:`load_state_dict` needs."""
-        path = self._path(step)
-        return path / WEIGHTS, json.loads((path / STATE).read_text())["weights"]
+        pointer = json.loads((self.dir / LATEST).read_text())
+        return Progress(**json.loads((self.path(pointer["step"]) / STATE).read_text())["progress"])

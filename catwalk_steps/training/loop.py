@@ -7,8 +7,9 @@ What makes its result independent of how it was computed:
   dropout masks do not depend on the rank, the device count or on interruptions;
 - validation is exact (per-instance sums over each worker's shard, summed over workers) and runs
   at every checkpoint, so the best validation's weights are always saved;
-- checkpoints hold the global state (see :mod:`.checkpoints`), so a run resumes on any number of
-  devices.
+- checkpoints hold the global state, sharded by name (see :mod:`.checkpoints`), so a run resumes
+  on any number of devices, under either strategy;
+- the result is the best validation's weights, written without gathering them (:mod:`.result`).
 """
 
 import logging
@@ -24,13 +25,14 @@ from tango.integrations.torch import TrainCallback, TrainConfig
 from tango.workspace import Workspace
 from transformers import get_linear_schedule_with_warmup
 
-from ..models.adapters import Adapter, load_trained_state_dict
+from ..models.adapters import Adapter
 from ..models.loading import ModelSpec
 from ..models.rank_classification import RankClassificationCollator, RankClassificationModel
-from .strategies import distribute, gradient_sync, load_optimizer_state, optimizer_state, trained_weights
 from .batches import BatchPlan
-from .checkpoints import CheckpointStore, Progress
+from .checkpoints import CHECKPOINTS, CheckpointStore, Progress
+from .result import write_result
 from .seeds import derive_seed
+from .strategies import distribute, gradient_sync, sharded_model
 
 Example = Dict[str, Any]
 logger = logging.getLogger(__name__)
@@ -67,7 +69,7 @@ class TrainingJob:
 
     @property
     def checkpoints(self) -> CheckpointStore:
-        return CheckpointStore(self.work_dir / "checkpoints")
+        return CheckpointStore(self.work_dir / CHECKPOINTS)
 
     def is_checkpoint_step(self, steps_done: int) -> bool:
         return steps_done % self.validate_every == 0 or steps_done == self.train_steps
@@ -118,20 +120,22 @@ def validate(
 
 def train_worker(rank: int, world_size: int, device: torch.device, job: TrainingJob) -> None:
     torch.manual_seed(derive_seed(job.plan.seed, "init"))  # for any freshly initialised weights
-    model = RankClassificationModel(job.spec, job.adapter, job.gradient_checkpointing, job.shared_context).to(device)
+    model = sharded_model(job, world_size, device)  # FSDP: each worker reads its shards alone
+    if model is None:
+        model = RankClassificationModel(job.spec, job.adapter, job.gradient_checkpointing, job.shared_context)
+        trained = distribute(model.to(device), job.strategy, world_size)
+    else:
+        trained = model
     model.train()  # from_pretrained gives eval mode
-    latest = job.checkpoints.latest()
-    if latest is not None:
-        weights, training_state, progress = job.checkpoints.load(latest)
-        load_trained_state_dict(model.lm, weights)
-    trained = distribute(model, job.strategy, world_size)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=job.learning_rate, weight_decay=job.weight_decay)
     schedule = get_linear_schedule_with_warmup(optimizer, job.warmup_steps, job.train_steps)
+    latest = job.checkpoints.latest()
     if latest is None:
         progress, training_state = Progress(), {"callbacks": []}
-    else:
-        load_optimizer_state(model, optimizer, training_state["optimizer"])
+    else:  # every worker reads the shards it keeps, whoever wrote them
+        state = job.checkpoints.load(latest, model, optimizer)
+        progress, training_state = Progress(**state["progress"]), state["training_state"]
         schedule.load_state_dict(training_state["schedule"])
         if rank == 0:
             logger.info("Resuming from the checkpoint of step %d (%s)", progress.step, latest)
@@ -197,17 +201,13 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
                     callback.post_val_loop(step, epoch, record["val_acc"], best["val_acc"])
                 shown.update(val_acc=f"{record['val_acc']:.4f}", best_val_acc=f"{best['val_acc']:.4f}")
                 bar.set_postfix(shown)
-            weights, optimizer_full = trained_weights(model), optimizer_state(model, optimizer)  # every rank
-            if rank == 0:
-                training_state = {
-                    "optimizer": optimizer_full,
-                    "schedule": schedule.state_dict(),
-                    "callbacks": [callback.state_dict() for callback in callbacks],
-                }
-                job.checkpoints.save(weights, training_state, progress, world_size)
-            if world_size > 1:
-                dist.barrier()  # no worker moves on before the checkpoint is complete
+            training_state = {
+                "schedule": schedule.state_dict(),
+                "callbacks": [callback.state_dict() for callback in callbacks],
+            }
+            job.checkpoints.save(model, optimizer, training_state, progress, rank, world_size)  # every rank
     bar.close()
+    write_result(model, job.checkpoints, progress, job.work_dir, rank)
     last_epoch = job.plan.epoch_of(job.train_steps - 1)
     for callback in callbacks:
         callback.post_epoch(job.train_steps - 1, last_epoch)

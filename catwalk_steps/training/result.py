@@ -1,0 +1,89 @@
+"""The result of training: the best validation's weights (never the optimizer state), written by
+the workers as one safetensors file in the step's work dir, without any worker gathering the
+whole model, for the step to hand to the cache.
+
+Full fine-tuning writes with ``torch.distributed.checkpoint``'s Hugging Face writer: each worker
+writes its shards, then they are consolidated into one file of full tensors, tensor by tensor.
+An adapter's weights are small, and named as peft names them: rank 0 gathers and writes them.
+The directory is written under a temporary name and renamed into place with ``result.json``
+inside, so a run killed after it is complete finds it and trains no more.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, Optional
+
+import torch.distributed as dist
+
+from ..storage.hashing import sha256_of_file
+from ..storage.weights import save_state_dict
+from .checkpoints import CheckpointStore, Progress
+
+if TYPE_CHECKING:  # a step that finds its result here imports no model code
+    from ..models.rank_classification import RankClassificationModel
+
+RESULT = "result"
+WEIGHTS = "model.safetensors"
+RECORD = "result.json"
+
+
+def finished(work_dir: Path) -> Optional[Dict[str, Any]]:
+    """What a completed training left (``weights``: the file's meta; ``training_metrics``), if it did."""
+    record = work_dir / RESULT / RECORD
+    return json.loads(record.read_text()) if record.exists() else None
+
+
+def write_result(
+    model: "RankClassificationModel", checkpoints: CheckpointStore, progress: Progress, work_dir: Path, rank: int,
+) -> None:
+    """Writes the best validation's weights (the last step's without validations) into
+    ``work_dir/result`` (every worker must call, at the end of training)."""
+    from peft import PeftModel
+
+    from .strategies import trained_weights
+
+    best = progress.best
+    step = best["step"] if best else progress.step
+    if step != progress.step:
+        checkpoints.load_weights(checkpoints.path(step), model)
+    final, temp = work_dir / RESULT, work_dir / ".result.tmp"
+    if rank == 0:
+        shutil.rmtree(temp, ignore_errors=True)
+        temp.mkdir(parents=True)
+    _barrier()
+    if isinstance(model.lm, PeftModel):
+        weights = trained_weights(model)  # every rank gathers; rank 0 holds the result
+        meta = save_state_dict(weights, temp / WEIGHTS) if rank == 0 else None
+    else:
+        meta = _write_full_weights(model, temp, rank)
+    if rank == 0:
+        record = {"weights": meta, "training_metrics": best or {"step": step}}
+        (temp / RECORD).write_text(json.dumps(record, indent=1))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(temp, final)
+    _barrier()
+
+
+def _write_full_weights(model: "RankClassificationModel", temp: Path, rank: int) -> Optional[Dict[str, Any]]:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    weights = get_model_state_dict(model.lm)  # each worker's shards (under DDP, the replica)
+    aliases = {alias: names[0] for names in model.tied_names for alias in names[1:]}
+    keys = list(weights)
+    distributed = dist.is_initialized()  # one worker writes the whole file at once
+    writer = dcp.HuggingFaceStorageWriter(str(temp / "hf"), save_distributed=distributed, enable_consolidation=distributed)
+    dcp.save({k: v for k, v in weights.items() if k not in aliases}, storage_writer=writer, no_dist=not distributed)
+    if rank != 0:
+        return None
+    (consolidated,) = (temp / "hf").glob("model-*.safetensors")
+    os.replace(consolidated, temp / WEIGHTS)
+    shutil.rmtree(temp / "hf")
+    return {"aliases": aliases, "keys": keys, "sha256": sha256_of_file(temp / WEIGHTS)}
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()

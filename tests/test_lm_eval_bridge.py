@@ -99,3 +99,37 @@ def test_from_a_config_and_bad_names_fail_early(local):
         bridge(local, "piqa", fewshot_split="validation")
     with pytest.raises(ConfigurationError, match="has no test split"):
         bridge(local, "piqa").instances("test")
+
+
+def test_what_is_not_one_multiple_choice_yaml_task_fails_before_any_data_is_read(tmp_path):
+    """The data files named here do not exist: an error about them would mean the bridge built
+    the task before refusing it."""
+    missing = 'dataset_path: json\ndataset_kwargs: {data_files: {validation: /nonexistent/rows.jsonl}}\n'
+    (tmp_path / "mc.yaml").write_text("task: local_mc\noutput_type: multiple_choice\ntag: local_tag\n"
+                                      "validation_split: validation\n" + missing)
+    (tmp_path / "gen.yaml").write_text("task: local_gen\noutput_type: generate_until\nvalidation_split: validation\n"
+                                       + missing)
+    (tmp_path / "default.yaml").write_text("task: local_default\nvalidation_split: validation\n" + missing)
+    (tmp_path / "py.yaml").write_text("task: local_py\nclass: !function py_task.Task\n")
+    (tmp_path / "group.yaml").write_text("group: local_group\ntask: [local_mc]\n")
+    expected = {
+        "local_group": "'local_group' is a group, not a task",
+        "local_tag": "'local_tag' is a tag, not a task",
+        "local_gen": "'local_gen' is not a multiple_choice task \\(output_type: generate_until",
+        "local_default": "'local_default' is not a multiple_choice task \\(output_type: unset",
+        "local_py": "'local_py' is defined by a Python class",
+    }
+    for name, message in expected.items():
+        with pytest.raises(ConfigurationError, match=message):
+            LmEvalTask(task=name, include_path=str(tmp_path), include_defaults=False)
+    assert LmEvalTask(task="local_mc", include_path=str(tmp_path), include_defaults=False).splits == ["validation"]
+
+
+def test_each_task_builds_and_owns_its_lm_evaluation_harness_task(local):
+    """Built once per task, on first use, and never shared: instances() reseeds it."""
+    first, second = bridge(local, "piqa", num_shots=2, fewshot_seed=1), bridge(local, "piqa", num_shots=2)
+    assert "harness_task" not in vars(first)  # nothing built by the constructor
+    seeded_1 = first.instances("validation")
+    assert second.instances("validation") != seeded_1  # other demonstrations, drawn with another seed
+    assert first.instances("validation") == seeded_1
+    assert first.harness_task is first.harness_task and first.harness_task is not second.harness_task

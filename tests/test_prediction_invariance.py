@@ -12,10 +12,12 @@ import threading
 import time
 
 import pytest
+import torch
 from tango.workspaces import LocalWorkspace
-from torch.multiprocessing import ProcessExitedException
 
 from catwalk_steps import PredictStep
+from catwalk_steps.distributed.launch import WorkerFailedError
+from catwalk_steps.steps.predict import top_two_margin
 
 from .conftest import TINY_MODEL
 
@@ -54,10 +56,25 @@ def one_worker(tmp_path_factory):
 
 
 def test_margin_is_the_lead_of_the_chosen_answer(one_worker):
+    """The margin against torch.topk's two best, and against the chosen answer's lead over every
+    other choice (no sorting at all)."""
     _, predictions = one_worker
     for record in predictions:
-        best, second = sorted(record["logliks"], reverse=True)[:2]
-        assert record["margin"] == best - second >= 0
+        logliks = torch.tensor(record["logliks"], dtype=torch.float64)
+        best, second = torch.topk(logliks, 2).values.tolist()
+        chosen = int(logliks.argmax())
+        lead = min(record["logliks"][chosen] - x for i, x in enumerate(record["logliks"]) if i != chosen)
+        assert record["margin"] == best - second == lead
+
+
+@pytest.mark.parametrize("logliks, margin", [
+    ([-1.0, -3.0], 2.0),
+    ([-3.0, -1.0], 2.0),  # the chosen answer need not come first
+    ([-4.0, -1.25, -2.0, -9.5], 0.75),  # over the runner-up, not the last
+    ([-2.0, -0.5, -0.5], 0.0),  # a tie: no lead
+])
+def test_margin_of_hand_written_choices(logliks, margin):
+    assert top_two_margin(logliks) == margin
 
 
 @pytest.mark.ddp
@@ -109,7 +126,7 @@ def test_a_killed_worker_fails_the_step_and_a_rerun_resumes_every_shard(one_work
     killed: list = []
     killer = threading.Thread(target=_kill_worker_once_it_scored, args=(work / "scores-1.jsonl", 20, killed))
     killer.start()
-    with pytest.raises(ProcessExitedException, match="terminated with signal SIGKILL"):
+    with pytest.raises(WorkerFailedError, match="worker 1 of 2 was killed by SIGKILL"):
         step().result(workspace)
     killer.join()
     assert killed and step() not in workspace.step_cache

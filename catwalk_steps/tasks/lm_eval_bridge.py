@@ -37,7 +37,7 @@ SPLIT_KEYS = {"train": "training_split", "validation": "validation_split", "test
 @functools.lru_cache(maxsize=None)
 def task_manager(include_path: Optional[str], include_defaults: bool):
     """lm-evaluation-harness's task index; scanning its ~13,000 built-in YAMLs takes seconds,
-    so one is kept per process."""
+    so one is kept per process. It is only read: each task builds its own task object from it."""
     try:
         from lm_eval.tasks import TaskManager
     except ImportError as e:
@@ -47,10 +47,28 @@ def task_manager(include_path: Optional[str], include_defaults: bool):
     return TaskManager(include_path=include_path, include_defaults=include_defaults)
 
 
-@functools.lru_cache(maxsize=None)
-def built_task(name: str, include_path: Optional[str], include_defaults: bool):
-    """The lm-evaluation-harness task object, its documents loaded (once per process)."""
-    return task_manager(include_path, include_defaults).load(name)["tasks"][name]
+def task_config(manager: Any, name: str) -> Dict[str, Any]:
+    """The YAML config of lm-evaluation-harness's task ``name`` as its index holds it (includes
+    merged, functions unresolved), checked to be one multiple-choice YAML task before any data
+    is read."""
+    if name not in manager.all_tasks:  # every name: tasks, groups and tags
+        near = difflib.get_close_matches(name, manager.all_tasks, n=5)
+        raise ConfigurationError(
+            f"lm-evaluation-harness has no task {name!r}" + (f" (close: {', '.join(near)})" if near else "")
+        )
+    if name in manager.all_groups or name in manager.all_tags:
+        kind = "group" if name in manager.all_groups else "tag"
+        raise ConfigurationError(
+            f"lm-evaluation-harness's {name!r} is a {kind}, not a task: "
+            "name one of its tasks (e.g. our mmlu task covers the mmlu group)"
+        )
+    config = manager.task_index[name].cfg
+    if "class" in config:  # its splits, data source and prompt are Python code, not config
+        raise ConfigurationError(f"lm-evaluation-harness's {name!r} is defined by a Python class, not a task YAML")
+    if config.get("output_type") != "multiple_choice":
+        raise ConfigurationError(f"lm-evaluation-harness's {name!r} is not a multiple_choice task "
+                                 f"(output_type: {config.get('output_type', 'unset')})")
+    return config
 
 
 @MultipleChoiceTask.register("lm_eval")
@@ -69,6 +87,12 @@ class LmEvalTask(MultipleChoiceTask):
     for tasks wholly defined under ``include_path``). Splits are ``train``, ``validation`` and
     ``test``, the task's ``training_split``, ``validation_split`` and ``test_split``.
 
+    Of the settings every task takes, ``num_shots`` and ``fewshot_seed`` apply as they are; the
+    others are the task YAML's to say: its ``dataset_path``, ``dataset_name`` and
+    ``dataset_kwargs`` are the data (``data_files``, ``hub_id``, ``revision``), its
+    ``fewshot_split`` or ``fewshot_config`` where demonstrations come from (``fewshot_split``),
+    and its prompt the formulation.
+
     The cache key holds the task name, the lm-evaluation-harness version (which fixes its
     built-in tasks), the sha256 of every file under ``include_path``, the task's data source
     (hub id, config and revision, or the sha256 of local ``data_files``) and the few-shot
@@ -76,6 +100,11 @@ class LmEvalTask(MultipleChoiceTask):
     """
 
     VERSION = "1"
+    #: No split of ours to check: lm-evaluation-harness falls back to the training, validation,
+    #: then test documents, so a task with documents always has demonstrations.
+    FEWSHOT_SPLIT = None
+    FORMULATIONS = ("own",)  # the YAML's prompt, lettered choices or not
+    DEFAULT_FORMULATION = "own"
 
     def __init__(
         self,
@@ -86,45 +115,24 @@ class LmEvalTask(MultipleChoiceTask):
         fewshot_split: Optional[str] = None,
         fewshot_seed: int = 1234,
     ) -> None:
-        if num_shots < 0:
-            raise ConfigurationError(f"num_shots must be at least 0, got {num_shots}")
         if fewshot_split is not None:
             raise ConfigurationError(
                 f"lm_eval task {task!r}: demonstrations come from the task's own fewshot_split; "
                 "to change it, write a task YAML that includes this one and sets fewshot_split"
             )
+        super().__init__(num_shots=num_shots, fewshot_seed=fewshot_seed)  # first: its checks read no index
         if include_path is not None and not Path(include_path).is_dir():
             raise ConfigurationError(f"lm_eval task {task!r}: include_path is not a directory: {include_path}")
         self.name = task
         self.include_path = str(Path(include_path).resolve()) if include_path else None
         self.include_defaults = include_defaults
-        self.num_shots, self.fewshot_seed = num_shots, fewshot_seed
-        self.config = self._config()
+        self.config = task_config(task_manager(self.include_path, include_defaults), task)
 
-    def _config(self) -> Dict[str, Any]:
-        """The task's YAML config (includes merged, functions unresolved), checked to be a
-        single multiple-choice task."""
-        from lm_eval.tasks._index import Kind
-        from lm_eval.tasks._yaml_loader import load_yaml
-
-        index = task_manager(self.include_path, self.include_defaults).task_index
-        entry = index.get(self.name)
-        if entry is None:
-            near = difflib.get_close_matches(self.name, list(index), n=5)
-            raise ConfigurationError(
-                f"lm-evaluation-harness has no task {self.name!r}" + (f" (close: {', '.join(near)})" if near else "")
-            )
-        if entry.kind is not Kind.TASK or entry.yaml_path is None:
-            raise ConfigurationError(
-                f"lm-evaluation-harness's {self.name!r} is a {entry.kind.name.lower()}, not a YAML task: "
-                "name one of its tasks (e.g. our mmlu task covers the mmlu group)"
-            )
-        config = load_yaml(entry.yaml_path, resolve_func=False)
-        if config.get("output_type") != "multiple_choice":
-            raise ConfigurationError(
-                f"lm-evaluation-harness's {self.name!r} is a {config.get('output_type')!r} task, not multiple_choice"
-            )
-        return config
+    @functools.cached_property
+    def harness_task(self) -> Any:
+        """This task's own lm-evaluation-harness task object, its documents loaded on first use.
+        Not shared: :meth:`instances` reseeds its sampler."""
+        return task_manager(self.include_path, self.include_defaults).load(self.name)["tasks"][self.name]
 
     @property
     def splits(self) -> Sequence[str]:
@@ -143,15 +151,13 @@ class LmEvalTask(MultipleChoiceTask):
                 (self.num_shots, self.fewshot_seed))
 
     def instances(self, split: str, limit: Optional[int] = None) -> List[MCInstance]:
-        task = built_task(self.name, self.include_path, self.include_defaults)
         if split not in self.splits:
             raise ConfigurationError(
                 f"lm_eval task {self.name!r} has no {split} split (have: {', '.join(self.splits)})"
             )
+        task = self.harness_task
         docs = {"train": task.training_docs, "validation": task.validation_docs, "test": task.test_docs}[split]()
-        if self.num_shots and not hasattr(task, "sampler"):
-            raise ConfigurationError(f"lm_eval task {self.name!r} has no documents to draw demonstrations from")
-        task.set_fewshot_seed(self.fewshot_seed)  # lm-evaluation-harness's sampler, reseeded as its evaluator does
+        task.set_fewshot_seed(self.fewshot_seed)  # as lm-evaluation-harness's evaluator, before each build
         count = len(docs) if limit is None else min(limit, len(docs))
         return [self._instance(task, docs[n], f"{split}/{n}", n + 1) for n in range(count)]
 

@@ -50,8 +50,9 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
     #: Scoring each continuation after it too gives ``acc_uncond``: choices ranked by how much
     #: the question raises their log-likelihood (lm-evaluation-harness's ``acc_mutual_info``).
     UNCONDITIONED_CONTEXT: Optional[str] = None
-    #: The split that few-shot demonstrations come from unless ``fewshot_split`` says otherwise.
-    FEWSHOT_SPLIT = "train"
+    #: The split that few-shot demonstrations come from unless ``fewshot_split`` says otherwise;
+    #: None where the task's own definition decides (lm_eval), so no split of ours is checked.
+    FEWSHOT_SPLIT: Optional[str] = "train"
     #: ``"random"``: a seeded sample per instance; ``"first"``: the first rows, as MMLU's 5-shot.
     FEWSHOT_SAMPLER = "random"
     #: A row field that groups rows (MMLU: ``subject``): demonstrations come from the instance's
@@ -87,7 +88,7 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
         self.num_shots = num_shots
         self.fewshot_split = fewshot_split or self.FEWSHOT_SPLIT
         self.fewshot_seed = fewshot_seed
-        if num_shots and self.fewshot_split not in self.splits:
+        if num_shots and self.fewshot_split is not None and self.fewshot_split not in self.splits:
             raise ConfigurationError(
                 f"{type(self).__name__}: no split '{self.fewshot_split}' to take {num_shots} few-shot "
                 f"demonstrations from (have: {', '.join(self.splits)}); set fewshot_split"

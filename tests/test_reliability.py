@@ -19,9 +19,11 @@ from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import CalculateMetricsStep, FinetuneStep, PiqaTask, PredictStep
 from catwalk_steps.models import scoring
+from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.steps.metrics import MetricsTableFormat
 from catwalk_steps.storage.atomic import AtomicJsonFormat
 from catwalk_steps.storage.weights import CorruptCacheError
+from catwalk_steps.tasks import DataError
 
 from .conftest import REPO, TINY, TINY_MODEL
 
@@ -208,6 +210,25 @@ def test_bad_input_fails_with_a_clear_message(tmp_path, steps, message):
             step.result(LocalWorkspace(tmp_path))
     assert message in str(error.value)
     assert not list(tmp_path.glob("cache/FinetuneStep*/work/checkpoints"))  # failed before training
+
+
+@pytest.mark.parametrize("kind", ["finetune", "predict"])
+def test_a_bad_data_file_fails_the_step_before_any_model_is_loaded(tmp_path, monkeypatch, kind):
+    cut = tmp_path / "validation.jsonl"
+    cut.write_bytes((TINY / "validation.jsonl").read_bytes()[:-20])  # its last line (128) cut off
+    task = PiqaTask(data_files={"train": str(TINY / "train.jsonl"), "validation": str(cut)})
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("a tokenizer or model was loaded before the data was read")
+
+    for name in ("load_tokenizer", "load_config", "load_model"):
+        monkeypatch.setattr(ModelSpec, name, loaded)
+    if kind == "finetune":
+        step = FinetuneStep(model=TINY_MODEL, tasks=[task], batch_size=8, step_name="f")
+    else:
+        step = PredictStep(model=TINY_MODEL, task=task, step_name="p")
+    with pytest.raises(DataError, match=f"{cut}: line 128: not valid JSON .*probably cut off"):
+        step.result(LocalWorkspace(tmp_path / "ws"))
 
 
 def test_unknown_task_lists_the_known_ones():

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 ONE_OBJECT_PER_LINE = 'each line must hold one JSON object, {"field": value, ...}'
+CUT_OFF = "it ends before its JSON value does, so it was probably cut off (an interrupted download, copy or write)"
 
 
 def _json_type(value: Any) -> str:
@@ -34,21 +35,24 @@ def _text(path: Path, data: bytes) -> str:
         ) from None
 
 
+def _cut_off(error: json.JSONDecodeError, text: str) -> bool:
+    """Whether ``text`` failed to parse because it ended (strings cannot hold a raw line break,
+    so an unterminated one ran to the end)."""
+    return error.msg.startswith("Unterminated string") or error.pos >= len(text.rstrip())
+
+
 def _check_json_lines(path: Path, text: str) -> None:
-    lines = text.split("\n")
-    last = max(n for n, line in enumerate(lines, 1) if line.strip())
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
             value = json.loads(line)
         except json.JSONDecodeError as e:
-            if number == last and not text.endswith("\n"):
-                fix = "the file ends inside this line, so it was probably cut off (an interrupted download, copy " \
-                      "or write): restore the file, or delete the incomplete line"
+            if _cut_off(e, line):
+                fix = f"{CUT_OFF}: restore the file, or delete the incomplete line"
             else:
                 fix = f"fix the line ({ONE_OBJECT_PER_LINE})"
-            raise DataError(f"{path}: line {number}: not valid JSON ({e.msg} at column {e.colno}): {fix}") from None
+            raise DataError(f"{path}: line {number}: not valid JSON ({e.msg}; column {e.colno}): {fix}") from None
         if not isinstance(value, dict):
             raise DataError(
                 f"{path}: line {number}: a JSON {_json_type(value)} where a row is expected: {ONE_OBJECT_PER_LINE}"
@@ -63,10 +67,10 @@ def _check_json(path: Path, text: str) -> None:
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as e:
-        raise DataError(
-            f"{path}: line {e.lineno}: not valid JSON ({e.msg} at column {e.colno}): fix it (the file must hold "
-            "one JSON array of objects, or one object per line)"
-        ) from None
+        fix = f"{CUT_OFF}: restore the file" if _cut_off(e, text) else (
+            "fix it (the file must hold one JSON array of objects, or one object per line)"
+        )
+        raise DataError(f"{path}: line {e.lineno}: not valid JSON ({e.msg}; column {e.colno}): {fix}") from None
     for number, row in enumerate(rows, 1):
         if not isinstance(row, dict):
             raise DataError(f"{path}: item {number} of the array is a JSON {_json_type(row)}: every item must be "

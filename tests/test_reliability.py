@@ -90,6 +90,54 @@ def test_training_killed_mid_run_resumes_from_its_last_checkpoint(tmp_path):
         assert torch.equal(tensor, resumed.state_dict[name]), name
 
 
+def descendants(pid: int) -> set:
+    """The processes below ``pid`` (from /proc)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found.update(children)
+        todo.extend(children)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie has ended
+
+
+@pytest.mark.ddp
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the workers through /proc")
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_two_worker_training_stopped_by_a_signal_leaves_no_process_and_resumes_to_the_same_weights(tmp_path, stop):
+    settings = {**FINETUNE, "train_epochs": 6, "device_count": 2, "device": "cpu", "micro_batch_size": 8}
+    config = write_config(tmp_path / "train.json", {"finetune": settings})
+    workspace = tmp_path / "ws"
+    run = start_run(config, workspace)
+    wait_for(lambda: list(workspace.glob("cache/*/work/checkpoints/latest.json")) and trained_steps(workspace) >= 16)
+    workers = descendants(run.pid)
+    run.send_signal(stop)
+    run.communicate(timeout=120)
+    assert run.returncode != 0
+    wait_for(lambda: not any(alive(pid) for pid in workers), timeout=60)  # no worker outlives the run
+    assert not list(workspace.glob("cache/*/cache-metadata.json"))
+    resume_at = trained_steps(workspace)
+
+    assert f"Training (resumed from step {resume_at})" in finish(start_run(config, workspace))
+    finish(start_run(config, tmp_path / "clean"))  # never interrupted
+    resumed, clean = (LocalWorkspace(tmp_path / ws).step_result("finetune") for ws in ("ws", "clean"))
+    assert resumed.fingerprint == clean.fingerprint  # bit-equal: same device count, CPU
+
+
 def test_prediction_interrupted_resumes_from_the_instances_already_scored(tiny_task, tmp_path, monkeypatch):
     real = scoring.shared_context_logliks
     calls = []

@@ -1,7 +1,9 @@
 """Faults: killed runs, concurrent runs, bad input, damaged caches, determinism."""
 
 import json
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,10 +14,16 @@ import pytest
 import torch
 from tango.common.exceptions import ConfigurationError
 from tango.step_graph import StepGraph
+from tango.step_info import StepState
 from tango.workspaces import LocalWorkspace
 
-from catwalk_steps import FinetuneStep, PiqaTask, PredictStep
+from catwalk_steps import CalculateMetricsStep, FinetuneStep, PiqaTask, PredictStep
 from catwalk_steps.models import scoring
+from catwalk_steps.models.loading import ModelSpec
+from catwalk_steps.steps.metrics import MetricsTableFormat
+from catwalk_steps.storage.atomic import AtomicJsonFormat
+from catwalk_steps.storage.weights import CorruptCacheError
+from catwalk_steps.tasks import DataError
 
 from .conftest import REPO, TINY, TINY_MODEL
 
@@ -80,6 +88,54 @@ def test_training_killed_mid_run_resumes_from_its_last_checkpoint(tmp_path):
     reference = clean.result(LocalWorkspace(tmp_path / "clean"))
     for name, tensor in reference.state_dict.items():
         assert torch.equal(tensor, resumed.state_dict[name]), name
+
+
+def descendants(pid: int) -> set:
+    """The processes below ``pid`` (from /proc)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found.update(children)
+        todo.extend(children)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie has ended
+
+
+@pytest.mark.ddp
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the workers through /proc")
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_two_worker_training_stopped_by_a_signal_leaves_no_process_and_resumes_to_the_same_weights(tmp_path, stop):
+    settings = {**FINETUNE, "train_epochs": 6, "device_count": 2, "device": "cpu", "micro_batch_size": 8}
+    config = write_config(tmp_path / "train.json", {"finetune": settings})
+    workspace = tmp_path / "ws"
+    run = start_run(config, workspace)
+    wait_for(lambda: list(workspace.glob("cache/*/work/checkpoints/latest.json")) and trained_steps(workspace) >= 16)
+    workers = descendants(run.pid)
+    run.send_signal(stop)
+    run.communicate(timeout=120)
+    assert run.returncode != 0
+    wait_for(lambda: not any(alive(pid) for pid in workers), timeout=60)  # no worker outlives the run
+    assert not list(workspace.glob("cache/*/cache-metadata.json"))
+    resume_at = trained_steps(workspace)
+
+    assert f"Training (resumed from step {resume_at})" in finish(start_run(config, workspace))
+    finish(start_run(config, tmp_path / "clean"))  # never interrupted
+    resumed, clean = (LocalWorkspace(tmp_path / ws).step_result("finetune") for ws in ("ws", "clean"))
+    assert resumed.fingerprint == clean.fingerprint  # bit-equal: same device count, CPU
 
 
 def test_prediction_interrupted_resumes_from_the_instances_already_scored(tiny_task, tmp_path, monkeypatch):
@@ -204,6 +260,25 @@ def test_bad_input_fails_with_a_clear_message(tmp_path, steps, message):
     assert not list(tmp_path.glob("cache/FinetuneStep*/work/checkpoints"))  # failed before training
 
 
+@pytest.mark.parametrize("kind", ["finetune", "predict"])
+def test_a_bad_data_file_fails_the_step_before_any_model_is_loaded(tmp_path, monkeypatch, kind):
+    cut = tmp_path / "validation.jsonl"
+    cut.write_bytes((TINY / "validation.jsonl").read_bytes()[:-20])  # its last line (128) cut off
+    task = PiqaTask(data_files={"train": str(TINY / "train.jsonl"), "validation": str(cut)})
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("a tokenizer or model was loaded before the data was read")
+
+    for name in ("load_tokenizer", "load_config", "load_model"):
+        monkeypatch.setattr(ModelSpec, name, loaded)
+    if kind == "finetune":
+        step = FinetuneStep(model=TINY_MODEL, tasks=[task], batch_size=8, step_name="f")
+    else:
+        step = PredictStep(model=TINY_MODEL, task=task, step_name="p")
+    with pytest.raises(DataError, match=f"{cut}: line 128: not valid JSON .*probably cut off"):
+        step.result(LocalWorkspace(tmp_path / "ws"))
+
+
 def test_unknown_task_lists_the_known_ones():
     with pytest.raises(ConfigurationError) as error:
         StepGraph.from_params({"f": {**FINETUNE, "tasks": [{"type": "piqaa"}]}})
@@ -222,3 +297,108 @@ def test_unwritable_workspace_fails_before_any_step(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(ConfigurationError, match="is not a writable directory"):
         LocalWorkspace(tmp_path / "file" / "ws")
+
+
+# Damaged cache entries: moved aside and computed again.
+
+def pipeline(workspace_dir: Path):
+    """A small fine-tune -> predict -> metrics chain (steps built afresh: no result in memory)."""
+    task = PiqaTask(data_files=PIQA["data_files"])
+    finetune = FinetuneStep(model=TINY_MODEL, tasks=[task], batch_size=8, train_limit=32, validation_limit=16,
+                            step_name="finetune")
+    predict = PredictStep(model=finetune, task=task, limit=16, step_name="predict")
+    metrics = CalculateMetricsStep(predictions=predict, step_name="metrics")
+    return LocalWorkspace(workspace_dir), {"finetune": finetune, "predict": predict, "metrics": metrics}
+
+
+def flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def cut_in_half(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+DAMAGES = {  # step, file in its entry, damage
+    "weights": ("finetune", "model.safetensors", flip_a_byte),
+    "weights-missing": ("finetune", "model.safetensors", Path.unlink),
+    "model-json": ("finetune", "model.json", cut_in_half),
+    "predictions": ("predict", "data.json", cut_in_half),
+    "metrics": ("metrics", "data.json", lambda p: p.write_bytes(b"\xff\xfe not json")),
+    "tango-metadata": ("metrics", "cache-metadata.json", cut_in_half),
+}
+
+
+def results(workspace: LocalWorkspace, steps) -> dict:
+    """Every step of the chain made sure of in order, as Tango's executor does, then read."""
+    for step in steps.values():
+        step.ensure_result(workspace)
+    finetuned, *rest = (step.result(workspace) for step in steps.values())
+    return {"finetune": finetuned.fingerprint, **dict(zip(["predict", "metrics"], rest))}
+
+
+@pytest.fixture(scope="module")
+def computed(tmp_path_factory):
+    """A workspace holding the chain's results, and those results."""
+    directory = tmp_path_factory.mktemp("damaged") / "ws"
+    return directory, results(*pipeline(directory))
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_damaged_entries_are_set_aside_and_computed_again(computed, tmp_path, caplog, damage):
+    original, expected = computed
+    shutil.copytree(original, tmp_path / "ws")
+    workspace, steps = pipeline(tmp_path / "ws")
+    name, file, damage_file = DAMAGES[damage]
+    entry = workspace.step_cache.step_dir(steps[name])
+    untouched = {
+        other: workspace.step_cache.step_dir(step).stat().st_mtime_ns for other, step in steps.items() if other != name
+    }
+    damage_file(entry / file)
+    damaged_bytes = (entry / file).read_bytes() if (entry / file).exists() else None
+
+    with caplog.at_level(logging.WARNING, logger="catwalk_steps.tango_fixes.damaged_entries"):
+        assert results(workspace, steps) == expected  # bit-equal: CPU training and scoring are deterministic
+    (aside,) = (tmp_path / "ws" / "damaged").iterdir()
+    assert aside.name.startswith(steps[name].unique_id + ".")
+    if damaged_bytes is not None:
+        assert (aside / file).read_bytes() == damaged_bytes  # kept as found, for a post-mortem
+    assert f"moved the cache entry {entry} to {aside}" in caplog.text
+    assert str(entry / file) in caplog.text  # which file was damaged, and how
+    for other, mtime in untouched.items():  # only the damaged step was computed again
+        assert workspace.step_cache.step_dir(steps[other]).stat().st_mtime_ns == mtime, other
+    fresh_workspace, fresh = pipeline(tmp_path / "ws")  # healed for good: a new process reads it
+    assert fresh_workspace.step_cache[fresh[name]] is not None
+    assert fresh_workspace.step_info(fresh[name]).state == StepState.COMPLETED
+
+
+def test_damaged_entry_heals_in_a_tango_run(tmp_path):
+    steps = {
+        "finetune": {**FINETUNE, "train_epochs": 1, "train_limit": 32, "batch_size": 8},
+        "predict": {"type": "catwalk::predict", "model": {"type": "ref", "ref": "finetune"}, "task": PIQA, "limit": 16},
+        "metrics": {"type": "catwalk::calculate_metrics", "predictions": {"type": "ref", "ref": "predict"}},
+    }
+    config, workspace = write_config(tmp_path / "chain.json", steps), tmp_path / "ws"
+    finish(start_run(config, workspace))
+    before = LocalWorkspace(workspace).step_result("metrics")
+    (weights,) = workspace.glob("cache/FinetuneStep-*/model.safetensors")
+    flip_a_byte(weights)
+    (metrics_file,) = workspace.glob("cache/CalculateMetricsStep-*/data.json")
+    cut_in_half(metrics_file)
+
+    output = finish(start_run(config, workspace))  # every cached step is read, so both are found
+    assert output.count("moved the cache entry") == 2, output[-3000:]
+    assert f"{weights} does not match the checksum" in output and f"{metrics_file} cannot be read as JSON" in output
+    assert {s for s in ("finetune", "predict", "metrics") if f'Starting step "{s}"' in output} == {"finetune", "metrics"}
+    assert LocalWorkspace(workspace).step_result("metrics") == before
+    assert len(list((workspace / "damaged").iterdir())) == 2
+    assert "moved the cache entry" not in finish(start_run(config, workspace))  # healed
+
+
+@pytest.mark.parametrize("format_class, file", [(AtomicJsonFormat, "data.json"), (MetricsTableFormat, "table.json")])
+def test_json_formats_report_unreadable_files_as_corrupt(tmp_path, format_class, file):
+    (tmp_path / file).write_text('{"columns": ["a"], "ro')
+    with pytest.raises(CorruptCacheError, match=f"{tmp_path / file} cannot be read as JSON"):
+        format_class().read(tmp_path)

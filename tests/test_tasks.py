@@ -1,3 +1,5 @@
+import json
+
 import pytest
 from tango.common.det_hash import det_hash
 from tango.common.exceptions import ConfigurationError
@@ -78,3 +80,72 @@ def test_hub_loading_asks_datasets_for_the_hub_id_split_and_revision(monkeypatch
     assert [i.label for i in instances] == [0, 1]
     with pytest.raises(ConfigurationError, match="unknown split 'test'"):
         PiqaTask().instances("test")
+
+
+GOOD = json.dumps(ROWS[0])
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("cut.jsonl", f"{GOOD}\n{GOOD[:25]}".encode(),
+         "line 2: not valid JSON (Unterminated string starting at; column 10): it ends before its JSON value "
+         "does, so it was probably cut off"),
+        ("bad-line.jsonl", f"{GOOD}\n{{goal: 1}}\n{GOOD}\n".encode(),
+         "line 2: not valid JSON (Expecting property name"),
+        ("empty.jsonl", b"", "the file is empty"),
+        ("blank.csv", b"\n \n", "the file is empty"),
+        ("latin1.jsonl", f"{GOOD}\n".encode() + '{"goal": "Café"}\n'.encode("latin-1"),
+         "line 2: byte 0xe9 at column 14 is not UTF-8: save the file as UTF-8"),
+        ("latin1.csv", "goal,sol1,sol2,label\nCafé,a,b,0\n".encode("latin-1"),
+         "line 2: byte 0xe9 at column 4 is not UTF-8"),
+        ("array-line.jsonl", f"{GOOD}\n[1, 2]\n".encode(), "line 2: a JSON array where a row is expected"),
+        ("string-line.jsonl", f'{GOOD}\n"text"\n'.encode(), "line 2: a JSON string where a row is expected"),
+        ("not-objects.json", json.dumps([ROWS[0], 3]).encode(), "item 2 of the array is a JSON number"),
+        ("cut.json", json.dumps(ROWS, indent=1).encode()[:-30],
+         "line 11: not valid JSON (Unterminated string starting at; column 11): it ends before"),
+        ("fields.csv", b"goal,sol1,sol2,label\ng,a,b,0\ng,a, b,c,1\n", "line 3: 5 fields where the header has 4"),
+        ("quote.csv", b'goal,sol1,sol2,label\ng,"a,b,0\n', 'line 2: not valid CSV (unexpected end of data)'),
+        ("damaged.parquet", b"PAR1 not parquet", "datasets cannot read it as parquet (ArrowInvalid"),
+    ],
+)
+def test_bad_data_files_name_the_file_the_line_and_the_fix(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(DataError) as error:
+        PiqaTask(data_files={"validation": str(path)}).instances("validation")
+    assert str(error.value).startswith(f"{path}: ")
+    assert message in str(error.value)
+
+
+def test_a_file_datasets_cannot_read_is_named(tmp_path, monkeypatch):
+    import datasets
+
+    def unreadable(*args, **kwargs):  # what datasets raises varies by version; here its wrapper around pyarrow's
+        from datasets.exceptions import DatasetGenerationError
+
+        try:
+            raise ValueError("JSON parse error: Column(/label) changed from number to object")
+        except ValueError as e:
+            raise DatasetGenerationError("An error occurred while generating the dataset") from e
+
+    monkeypatch.setattr(datasets, "load_dataset", unreadable)
+    path = write_jsonl(tmp_path / "v.jsonl", ROWS)
+    with pytest.raises(DataError, match=r"v.jsonl: datasets cannot read it as json \(ValueError: JSON parse error: "
+                                        r"Column\(/label\) changed from number to object\): give every row the same"):
+        PiqaTask(data_files={"validation": str(path)}).instances("validation")
+
+
+@pytest.mark.parametrize(
+    "name, content",
+    [
+        ("blank-lines.jsonl", f"{GOOD}\n\n{GOOD}\r\n".encode()),
+        ("array.json", json.dumps(ROWS, indent=1).encode()),
+        ("lines.json", f"{GOOD}\n{GOOD}".encode()),  # the last line complete, without a newline
+        ("quoted.csv", b'goal,sol1,sol2,label\r\n"Keep, a door open","a ""doorstop""",b,0\r\n\r\ng,a,b,1\n'),
+    ],
+)
+def test_good_data_files_pass_the_checks(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert len(PiqaTask(data_files={"validation": str(path)}).instances("validation")) == 2

@@ -12,7 +12,7 @@ import torch
 from tango.common.aliases import PathOrStr
 from tango.format import Format
 
-from ..storage.atomic import replace_atomically
+from ..storage.atomic import read_json, replace_atomically
 from ..storage.weights import check_sha256, load_state_dict, save_state_dict
 from ..tango_fixes.class_paths import keep_class_path
 from .adapters import Adapter, with_adapter_merged
@@ -120,7 +120,7 @@ class FinetunedModelFormat(Format[FinetunedModel]):
 
     def read(self, dir: PathOrStr) -> FinetunedModel:
         dir = Path(dir)
-        meta = json.loads((dir / META_FILE).read_text())
+        meta = read_json(dir / META_FILE)
         check_sha256(dir / WEIGHTS_FILE, meta["sha256"])
         weights_meta = {k: meta[k] for k in ("aliases", "keys", "sha256")}
         return FinetunedModel(

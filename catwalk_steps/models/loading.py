@@ -12,11 +12,13 @@ from tango.common.det_hash import CustomDetHash
 from tango.common.exceptions import ConfigurationError
 
 from ..storage.hashing import remembered_sha256_of_file
+from ..storage.hub import hub_failure
 
 if TYPE_CHECKING:  # transformers is imported where a model is loaded: a cached run never needs it
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 SPEC_PREFIX = "rc::"
+LOCAL_COPY = "give a local copy as 'rc::/path/to/dir' (a directory saved with save_pretrained)"
 
 
 def local_directory(name: str) -> Optional[Path]:
@@ -80,6 +82,14 @@ class ModelSpec:
             "revision": self.revision,
         }
 
+    def _cannot_load(self, what: str, name: str, error: BaseException) -> ConfigurationError:
+        """The error for a failed load: for a hub name whose fetch failed, why (no network, offline
+        mode, no such name) and how to run offline."""
+        reason = None if local_directory(name) else hub_failure(what, name, error, LOCAL_COPY)
+        return ConfigurationError(
+            reason or f"Cannot load {what} {name!r} (not a local directory or hub name?): {error}"
+        )
+
     def _source(self, name: str) -> str:
         # A relative local directory is resolved now so that DDP workers and later runs agree.
         directory = local_directory(name)
@@ -93,7 +103,7 @@ class ModelSpec:
         try:
             tokenizer = AutoTokenizer.from_pretrained(name, revision=revision)
         except (OSError, ValueError) as e:
-            raise ConfigurationError(f"Cannot load tokenizer {name!r} (not a local directory or hub name?): {e}")
+            raise self._cannot_load("tokenizer", name, e) from e
         if tokenizer.pad_token_id is None:
             # Padding positions are masked out; any id will do, and EOS is the usual choice.
             tokenizer.pad_token = tokenizer.eos_token
@@ -106,7 +116,7 @@ class ModelSpec:
         try:
             return AutoConfig.from_pretrained(name, revision=self.revision, **self.config_overrides)
         except (OSError, ValueError) as e:
-            raise ConfigurationError(f"Cannot load model {name!r} (not a local directory or hub name?): {e}")
+            raise self._cannot_load("model", name, e) from e
 
     def load_model(
         self, dtype: torch.dtype = torch.float32, state_dict: Optional[Dict[str, torch.Tensor]] = None
@@ -129,9 +139,13 @@ class ModelSpec:
         files = safetensors_files(directory) if directory else None
         if files:
             return model_from_files(config, files, dtype)
-        return auto_class(config).from_pretrained(
-            self._source(self.pretrained), config=config, dtype=dtype, revision=self.revision
-        ).eval()
+        try:
+            lm = auto_class(config).from_pretrained(
+                self._source(self.pretrained), config=config, dtype=dtype, revision=self.revision
+            )
+        except OSError as e:  # the config was at hand, the weights were not
+            raise self._cannot_load("model weights", self.pretrained, e) from e
+        return lm.eval()
 
 
 #: T5's training input length. Relative position buckets set no hard limit, so this is where

@@ -247,13 +247,19 @@ class FinetuneStep(Step):
             return done
         devices = worker_devices(device, device_count)  # before any model or data is loaded
         micro_batch_size = check_batching(batch_size, micro_batch_size, device_count * nodes)
+
+        def instances(split: Optional[str], limit: Optional[int]) -> Optional[List[MCInstance]]:
+            return None if split is None else [i for task in tasks for i in task.instances(split, limit)]
+
+        # Both splits are read (a bad data file reported) before the tokenizer or any model is loaded.
+        train_instances = instances(train_split, train_limit)
+        validation_instances = instances(validation_split, validation_limit)
         tok = spec.load_tokenizer()
 
-        def examples(split: str, limit: Optional[int]) -> List[Dict[str, Any]]:
-            instances = [i for task in tasks for i in task.instances(split, limit)]
-            return tokenized_examples(tok, instances, desc=f"Tokenizing {split}")
+        def examples(split: Optional[str], instances: Optional[List[MCInstance]]) -> Optional[List[Dict[str, Any]]]:
+            return None if instances is None else tokenized_examples(tok, instances, desc=f"Tokenizing {split}")
 
-        train = examples(train_split, train_limit)
+        train = examples(train_split, train_instances)
         plan = BatchPlan(len(train), batch_size, micro_batch_size, seed)
         if plan.steps_per_epoch == 0:
             raise ConfigurationError(f"{len(train)} training instances make no batch of {batch_size}")
@@ -261,7 +267,7 @@ class FinetuneStep(Step):
         job = TrainingJob(
             spec=spec,
             train=train,
-            validation=examples(validation_split, validation_limit) if validation_split is not None else None,
+            validation=examples(validation_split, validation_instances),
             plan=plan,
             train_steps=train_steps,
             validate_every=validate_every or plan.steps_per_epoch,

@@ -12,7 +12,7 @@ from tango.format import Format
 from ..reports.accuracy import accuracies
 from ..reports.averages import macro_average
 from ..reports.tables import MetricsTable, check_average_over
-from ..storage.atomic import AtomicJsonFormat, replace_atomically
+from ..storage.atomic import AtomicJsonFormat, read_json, replace_atomically
 from ..tango_fixes.class_paths import keep_class_path
 
 
@@ -67,7 +67,7 @@ class MetricsTableFormat(Format[MetricsTable]):
         replace_atomically(dir / "table.json", lambda p: p.write_text(json.dumps(data, indent=1)))
 
     def read(self, dir: PathOrStr) -> MetricsTable:
-        data = json.loads((Path(dir) / "table.json").read_text())
+        data = read_json(Path(dir) / "table.json")
         return MetricsTable(data["columns"], data["rows"])
 
 

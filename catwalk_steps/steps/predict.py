@@ -114,8 +114,8 @@ class PredictStep(Step):
         devices = worker_devices(device, device_count)
         finetuned = model if isinstance(model, FinetunedModel) else None
         spec = finetuned.spec if finetuned else ModelSpec.parse(model, tokenizer=tokenizer)
+        instances = task.instances(split, limit)  # a bad data file fails the step before anything is loaded
         tok = spec.load_tokenizer()
-        instances = task.instances(split, limit)
         queries = [encode_pair(tok, context, c) for i in instances for context, c in i.pairs()]
         instance_of = [n for n, i in enumerate(instances) for _ in i.continuations]
         conditioned = len(queries)

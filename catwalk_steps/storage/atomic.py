@@ -10,6 +10,7 @@ from tango.common.aliases import PathOrStr
 from tango.format import Format
 
 from ..tango_fixes.class_paths import keep_class_path
+from ..tango_fixes.damaged_entries import CorruptCacheError
 
 
 def replace_atomically(path: Path, write: Callable[[Path], Any]) -> None:
@@ -24,6 +25,15 @@ def replace_atomically(path: Path, write: Callable[[Path], Any]) -> None:
         temp.unlink(missing_ok=True)
 
 
+def read_json(path: Path) -> Any:
+    """A JSON file of a complete cache entry: one that is missing or does not parse is damaged
+    (the step is then computed again, see :mod:`..tango_fixes.damaged_entries`)."""
+    try:
+        return json.loads(path.read_bytes())
+    except (FileNotFoundError, ValueError) as e:
+        raise CorruptCacheError(f"{path} cannot be read as JSON ({e})") from e
+
+
 @Format.register("catwalk::json")
 @keep_class_path("catwalk_steps.atomic.AtomicJsonFormat")
 class AtomicJsonFormat(Format[Any]):
@@ -36,4 +46,4 @@ class AtomicJsonFormat(Format[Any]):
         replace_atomically(Path(dir) / self.FILE, lambda p: p.write_text(json.dumps(artifact, indent=1)))
 
     def read(self, dir: PathOrStr) -> Any:
-        return json.loads((Path(dir) / self.FILE).read_text())
+        return read_json(Path(dir) / self.FILE)

@@ -8,12 +8,9 @@ from typing import Any, Dict, Tuple
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..tango_fixes.damaged_entries import CorruptCacheError
 from .atomic import replace_atomically
 from .hashing import sha256_of_file
-
-
-class CorruptCacheError(RuntimeError):
-    """A cached result whose files do not match what was recorded when it was written."""
 
 
 def _storage_key(tensor: torch.Tensor) -> Tuple[Any, ...]:
@@ -48,10 +45,14 @@ def save_state_dict(state_dict: Dict[str, torch.Tensor], path: Path) -> Dict[str
 
 
 def check_sha256(path: Path, expected: str) -> None:
-    if sha256_of_file(path) != expected:
-        raise CorruptCacheError(
-            f"{path} does not match the checksum recorded when it was written; delete this cache entry and run again"
-        )
+    """Raises :class:`CorruptCacheError` (a run then computes the entry again) if ``path`` is
+    missing or not what was written."""
+    try:
+        actual = sha256_of_file(path)
+    except FileNotFoundError:
+        raise CorruptCacheError(f"{path} is missing") from None
+    if actual != expected:
+        raise CorruptCacheError(f"{path} does not match the checksum recorded when it was written")
 
 
 def load_state_dict(path: Path, meta: Dict[str, Any]) -> Dict[str, torch.Tensor]:

@@ -7,6 +7,7 @@ import importlib.metadata
 import warnings
 
 from . import (  # noqa: F401  (each patches Tango on import)
+    damaged_entries,
     environment_metadata,
     integration_search,
     killed_step_state,

@@ -10,7 +10,7 @@ from tango.step import Step
 from tango.workspaces import LocalWorkspace
 
 
-def _wait_lock(workspace: LocalWorkspace, step: Step) -> FileLock:
+def wait_lock(workspace: LocalWorkspace, step: Step) -> FileLock:
     # Not Tango's own per-step lock, which a second process fails on at once; and outside the
     # cache dir, where Tango expects only step dirs.
     return FileLock(workspace.dir / "catwalk-locks" / f"{step.unique_id}.lock")
@@ -26,7 +26,7 @@ def _run_with_work_dir_or_wait(self: Step, workspace, needed_by=None):
     The wait lock is an OS file lock, so a killed process leaves no stale lock behind."""
     if not self.cache_results or not isinstance(workspace, LocalWorkspace):
         return _run_with_work_dir(self, workspace, needed_by=needed_by)
-    with _wait_lock(workspace, self).acquire_with_updates(desc=f"waiting for another run of '{self.name}'"):
+    with wait_lock(workspace, self).acquire_with_updates(desc=f"waiting for another run of '{self.name}'"):
         if self in workspace.step_cache:
             return workspace.step_cache[self]
         return _run_with_work_dir(self, workspace, needed_by=needed_by)

@@ -9,9 +9,13 @@ from tango.common.det_hash import CustomDetHash
 from tango.common.exceptions import ConfigurationError
 
 from ..storage.hashing import remembered_sha256_of_file
+from ..storage.hub import hub_failure
+from .data_files import load_local_rows
 from .fewshot import SEPARATOR, add_demonstrations
 from .formulation import lettered, without_answer_cue
 from .instance import DataError, MCInstance, Row
+
+LOCAL_DATA = "give the task local files of the same fields as data_files ({split: path})"
 
 if TYPE_CHECKING:  # datasets is imported where rows are loaded: a cached run never needs it
     import datasets
@@ -154,25 +158,29 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
 
     def load_rows(self, split: str) -> Tuple["datasets.Dataset", str]:
         """The rows of ``split`` and a name for where they come from (for error messages)."""
-        import datasets
         if self.data_files:
             if split not in self.data_files:
                 raise ConfigurationError(
                     f"{type(self).__name__}: no data file for split '{split}' (have: {', '.join(self.data_files)})"
                 )
             path = self.data_files[split]
-            builder = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(path.suffix)
-            if builder is None:
-                raise ConfigurationError(f"{path}: unsupported data file type (use .jsonl, .json, .csv or .parquet)")
-            return datasets.load_dataset(builder, data_files={split: str(path)}, split=split), str(path)
+            return load_local_rows(path, split), str(path)
         if self.hub_id is None:
             raise ConfigurationError(f"{type(self).__name__} has no hub copy: give data_files")
         if split not in self.HUB_SPLITS:
             raise ConfigurationError(
                 f"{type(self).__name__}: unknown split '{split}' (have: {', '.join(self.HUB_SPLITS)})"
             )
+        import datasets
+
         hub_split = self.HUB_SPLITS[split]
-        rows = datasets.load_dataset(self.hub_id, self.HUB_CONFIG, split=hub_split, revision=self.revision)
+        try:
+            rows = datasets.load_dataset(self.hub_id, self.HUB_CONFIG, split=hub_split, revision=self.revision)
+        except Exception as e:
+            reason = hub_failure("dataset", self.hub_id, e, LOCAL_DATA, repo_type="dataset")
+            if reason is None:
+                raise
+            raise ConfigurationError(reason) from e
         return rows, f"hub dataset {self.hub_id} ({hub_split} split)"
 
     def row_to_instance(self, row: Row, instance_id: str) -> MCInstance:

@@ -207,6 +207,7 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
             }
             job.checkpoints.save(model, optimizer, training_state, progress, rank, world_size)  # every rank
     bar.close()
+    optimizer.state.clear()  # the optimizer state is in the checkpoints; the result needs the memory
     write_result(model, job.checkpoints, progress, job.work_dir, rank)
     last_epoch = job.plan.epoch_of(job.train_steps - 1)
     for callback in callbacks:

@@ -2,9 +2,10 @@
 the workers as one safetensors file in the step's work dir, without any worker gathering the
 whole model, for the step to hand to the cache.
 
-Full fine-tuning writes with ``torch.distributed.checkpoint``'s Hugging Face writer: each worker
-writes its shards, then they are consolidated into one file of full tensors, tensor by tensor.
-An adapter's weights are small, and named as peft names them: rank 0 gathers and writes them.
+Full fine-tuning on several workers writes with ``torch.distributed.checkpoint``'s Hugging Face
+writer: each worker writes its shards, then they are consolidated into one file of full tensors,
+tensor by tensor. An adapter's weights are small, and named as peft names them, and one worker
+holds the whole model anyway: then rank 0 writes them with safetensors' own writer.
 The directory is written under a temporary name and renamed into place with ``result.json``
 inside, so a run killed after it is complete finds it and trains no more.
 """
@@ -53,7 +54,9 @@ def write_result(
         shutil.rmtree(temp, ignore_errors=True)
         temp.mkdir(parents=True)
     _barrier()
-    if isinstance(model.lm, PeftModel):
+    if isinstance(model.lm, PeftModel) or not dist.is_initialized():
+        # An adapter is small; one worker holds the whole model anyway. (safetensors' own writer
+        # also writes the same bytes for the same weights: DCP's orders its header at random.)
         weights = trained_weights(model)  # every rank gathers; rank 0 holds the result
         meta = save_state_dict(weights, temp / WEIGHTS) if rank == 0 else None
     else:
@@ -73,9 +76,8 @@ def _write_full_weights(model: "RankClassificationModel", temp: Path, rank: int)
     weights = get_model_state_dict(model.lm)  # each worker's shards (under DDP, the replica)
     aliases = {alias: names[0] for names in model.tied_names for alias in names[1:]}
     keys = list(weights)
-    distributed = dist.is_initialized()  # one worker writes the whole file at once
-    writer = dcp.HuggingFaceStorageWriter(str(temp / "hf"), save_distributed=distributed, enable_consolidation=distributed)
-    dcp.save({k: v for k, v in weights.items() if k not in aliases}, storage_writer=writer, no_dist=not distributed)
+    writer = dcp.HuggingFaceStorageWriter(str(temp / "hf"), save_distributed=True, enable_consolidation=True)
+    dcp.save({k: v for k, v in weights.items() if k not in aliases}, storage_writer=writer)
     if rank != 0:
         return None
     (consolidated,) = (temp / "hf").glob("model-*.safetensors")

@@ -17,22 +17,9 @@ from pathlib import Path
 
 import torch
 
-from scoring import SHAPES as CPU_SHAPES, build_model, datasets, ours
+from scoring import SHAPES as CPU_SHAPES, build_model, datasets, lm_eval_scorer, ours
 
 SHAPES = {**CPU_SHAPES, "gpt2-large": dict(n_layer=36, n_embd=1280, n_head=20, n_positions=1024)}
-
-
-def lm_eval_bf16(directory: Path):
-    from lm_eval.api.instance import Instance
-    from lm_eval.models.huggingface import HFLM
-
-    harness = HFLM(pretrained=str(directory), device="cuda", batch_size=64, dtype="bfloat16", max_length=512)
-
-    def score(lm, tokenizer, pairs):
-        requests = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
-        return [loglik for loglik, _ in harness.loglikelihood(requests, disable_tqdm=True)]
-
-    return score
 
 
 def rate(scorer, lm, tokenizer, pairs):
@@ -51,7 +38,7 @@ def scoring(shape: str, count: int) -> None:
         directory = _build(Path(tmp), shape)
         spec = ModelSpec(str(directory))
         tokenizer, lm = spec.load_tokenizer(), spec.load_model(torch.bfloat16).cuda().eval()
-        harness = lm_eval_bf16(directory)
+        harness = lm_eval_scorer(directory, device="cuda", dtype="bfloat16")
         for data, instances in datasets(count).items():
             pairs = [(c, x) for c, xs in instances for x in xs]
             ours_rate, ours_values = rate(ours, lm, tokenizer, pairs)

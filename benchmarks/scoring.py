@@ -117,11 +117,11 @@ def naive(lm, tokenizer, pairs):
     return out
 
 
-def lm_eval_scorer(directory: Path):
+def lm_eval_scorer(directory: Path, device: str = "cpu", dtype: str = "float32"):
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
 
-    harness = HFLM(pretrained=str(directory), device="cpu", batch_size=64, dtype="float32", max_length=512)
+    harness = HFLM(pretrained=str(directory), device=device, batch_size=64, dtype=dtype, max_length=512)
 
     def score(lm, tokenizer, pairs):
         requests = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]

@@ -7,7 +7,7 @@ checked when the step starts, before any model is loaded (:func:`worker_devices`
 """
 
 import os
-from typing import List
+from typing import Any, Dict, List
 
 import torch
 from tango.common.exceptions import ConfigurationError
@@ -49,9 +49,11 @@ def check_device_setting(device: str, device_count: int) -> None:
         )
 
 
-def gpu_count(device: str, device_count: int) -> int:
-    """The GPUs a step asks Tango's executor for: every worker's, unless the step is set to the CPU
-    (``"auto"`` asks for GPUs: a step that can use them should get them)."""
+def gpu_count(settings: Dict[str, Any]) -> int:
+    """The GPUs a step with these ``device`` and ``device_count`` settings asks Tango's executor
+    for: every worker's, unless it is set to the CPU (``"auto"`` asks for GPUs: a step that can
+    use them should get them)."""
+    device, device_count = settings.get("device", "auto"), settings.get("device_count", 1)
     return 0 if device != "auto" and _parse(device).type == "cpu" else device_count
 
 

@@ -47,6 +47,15 @@ class ModelName(str, CustomDetHash):
         return str(self), directory_fingerprint(directory) if directory else None
 
 
+def with_model_names(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """A step's settings with ``model`` and ``tokenizer`` names as :class:`ModelName`: its cache
+    key then holds a local model's (and tokenizer's) file contents, not only its path."""
+    for name in ("model", "tokenizer"):
+        if isinstance(kwargs.get(name), str):
+            kwargs[name] = ModelName(kwargs[name])
+    return kwargs
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Where a rank-classification model's weights, config and tokenizer come from.

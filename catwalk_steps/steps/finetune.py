@@ -20,7 +20,7 @@ from ..distributed.launch import Nodes, launch
 from ..distributed.rendezvous import publish, wait_for_endpoint, withdraw
 from ..models.adapters import Adapter, peft_config
 from ..models.finetuned import FinetunedModel, FinetunedModelFormat
-from ..models.loading import ModelName, ModelSpec, context_window
+from ..models.loading import ModelSpec, with_model_names, context_window
 from ..models.scoring import encode_pair
 from ..tasks import MCInstance, MultipleChoiceTask
 from ..tango_fixes.class_paths import keep_class_path
@@ -141,16 +141,11 @@ class FinetuneStep(Step):
         if kwargs.get("adapter") is not None:
             peft_config(kwargs["adapter"])
         ModelSpec.parse(kwargs.get("model", ""))
-        # The key holds a local model's (and tokenizer's) file contents, not only its path.
-        for name in ("model", "tokenizer"):
-            if isinstance(kwargs.get(name), str):
-                kwargs[name] = ModelName(kwargs[name])
-        return kwargs
+        return with_model_names(kwargs)
 
     @property
     def resources(self) -> StepResources:
-        gpus = gpu_count(self.kwargs.get("device", "auto"), self.kwargs.get("device_count", 1))
-        return self.step_resources or StepResources(gpu_count=gpus)
+        return self.step_resources or StepResources(gpu_count=gpu_count(self.kwargs))
 
     def run(  # type: ignore[override]
         self,

@@ -12,7 +12,7 @@ from tango.step import StepResources
 
 from ..distributed.devices import check_device_setting, gpu_count, worker_devices
 from ..models.finetuned import FinetunedModel
-from ..models.loading import ModelName, ModelSpec
+from ..models.loading import ModelSpec, with_model_names
 from ..models.scoring import encode_pair
 from ..prediction.workers import ScoringJob, score_on_workers, strided_shards
 from ..storage.atomic import AtomicJsonFormat
@@ -65,16 +65,11 @@ class PredictStep(Step):
             raise ConfigurationError(f"dtype must be one of {', '.join(DTYPES)}, got {kwargs['dtype']!r}")
         if isinstance(kwargs.get("model"), str):
             ModelSpec.parse(kwargs["model"])
-        # The key holds a local model's (and tokenizer's) file contents, not only its path.
-        for name in ("model", "tokenizer"):
-            if isinstance(kwargs.get(name), str):
-                kwargs[name] = ModelName(kwargs[name])
-        return kwargs
+        return with_model_names(kwargs)
 
     @property
     def resources(self) -> StepResources:
-        gpus = gpu_count(self.kwargs.get("device", "auto"), self.kwargs.get("device_count", 1))
-        return self.step_resources or StepResources(gpu_count=gpus)
+        return self.step_resources or StepResources(gpu_count=gpu_count(self.kwargs))
 
     def clean_work_dir(self, work_dir: Path) -> None:
         """Called once the predictions are in the cache: their journals go."""

@@ -1,6 +1,7 @@
 """``catwalk::finetune``: rank-classification fine-tuning whose result does not depend on how it
 was computed (device count, interruptions)."""
 
+import inspect
 import math
 import shutil
 from dataclasses import dataclass
@@ -37,6 +38,10 @@ RENDEZVOUS_TIMEOUT = 600
 
 
 PRECISIONS = ("32", "bf16-mixed")
+
+
+def _run_defaults() -> Dict[str, Any]:
+    return {name: p.default for name, p in inspect.signature(FinetuneStep.run).parameters.items()}
 
 
 def check_batching(batch_size: int, micro_batch_size: Optional[int], device_count: int) -> int:
@@ -148,8 +153,8 @@ class FinetuneStep(Step):
             if kwargs[name] is None:
                 del kwargs[name]  # as if not given: the key of today's training
                 continue
-            for knob in knobs:
-                if knob in kwargs:
+            for knob in knobs:  # (Tango has filled in every default by now)
+                if knob in kwargs and kwargs[knob] != _RUN_DEFAULTS[knob]:
                     raise ConfigurationError(
                         f"{knob} sets the default {name}, which {name} replaces: set it inside {name} instead"
                     )
@@ -403,3 +408,6 @@ class FinetuneStep(Step):
         if not self.kwargs.get("keep_checkpoints"):
             shutil.rmtree(work_dir / CHECKPOINTS, ignore_errors=True)
         shutil.rmtree(work_dir / RESULT, ignore_errors=True)
+
+
+_RUN_DEFAULTS = _run_defaults()

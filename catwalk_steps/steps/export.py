@@ -60,6 +60,7 @@ class ExportPredictionsStep(Step):
     """
 
     CACHEABLE = False
+    SKIP_DEFAULT_ARGUMENTS = {"training": None}  # the key of an export without curves is unchanged
 
     @classmethod
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:

@@ -256,8 +256,8 @@ class FinetuneStep(Step):
         :param optimizer: a Tango ``Optimizer`` (``{type: "torch::AdamW", lr: 2e-5, weight_decay:
             0.01}``), built on each worker with the trainable parameters in two groups: biases and
             normalisation weights (LayerNorm, RMSNorm, ...) get ``weight_decay: 0``, the others the
-            optimizer's own. Replaces ``learning_rate`` and ``weight_decay`` (setting them too is
-            an error). In the cache key.
+            optimizer's own. Replaces ``learning_rate`` and ``weight_decay`` (setting them to other
+            than their defaults too is an error). In the cache key.
         :param lr_scheduler: a Tango ``LRScheduler`` (``{type: "torch::StepLR", step_size: 10}``,
             ``{type: "catwalk::cosine_with_warmup", warmup_fraction: 0.06}``), stepped after every
             optimizer step; one whose constructor takes ``num_training_steps`` gets the step count

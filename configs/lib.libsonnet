@@ -20,8 +20,9 @@ local suites = import "suites.libsonnet";
   // every run. Row names split on "/" into `key_columns`; with `average_over` (a key column),
   // each combination of the other columns gets a macro-average row. With `output_dir`, every
   // row's predictions and the table are also written there (and, with `chart` set to a metric
-  // such as "acc", a PNG of it), by catwalk::export_predictions.
-  report(rows, key_columns=["run"], average_over=null, output_dir=null, chart=null):: {
+  // such as "acc", a PNG of it), by catwalk::export_predictions. `training` ({run name: finetune
+  // step name}) adds training.png: each fine-tuned model's training loss and validation accuracy.
+  report(rows, key_columns=["run"], average_over=null, output_dir=null, chart=null, training=null):: {
     table: {
       type: "catwalk::tabulate_metrics",
       metrics: { [row]: $.ref(rows[row]) for row in std.objectFields(rows) },
@@ -35,7 +36,9 @@ local suites = import "suites.libsonnet";
       predictions: { [row]: $.ref($.predictions_of(rows[row])) for row in std.objectFields(rows) },
       table: $.ref("table"),
       chart: chart,
-    },
+    } + (if training == null then {} else {
+      training: { [run]: $.ref(training[run]) for run in std.objectFields(training) },
+    }),
   }),
 
   // Every task of the named suite (suites.libsonnet) scored by every model of `models`
@@ -76,13 +79,16 @@ local suites = import "suites.libsonnet";
     + $.report(
       { [name + "/zero-shot"]: "metrics_zero_shot", [name + "/fine-tuned"]: "metrics_finetuned" },
       output_dir=output_dir,
+      training={ [name + "/fine-tuned"]: "finetune" },
     ),
 
   // The cross product of `models` x `train_tasks` x `seeds` x `learning_rates` (models and
   // tasks are objects: name -> spec or task config), each fine-tuned model and each stock model
   // scored on every task of `eval_tasks`. Steps that do not depend on each other run in
   // parallel under `tango run --parallelism N`, or in many `tango run -s` processes (README).
-  // `output_dir` and `chart` as in `report`; `predict` holds catwalk::predict's other settings.
+  // `output_dir` and `chart` as in `report` (training.png draws every fine-tuned model's curves);
+  // `predict` holds catwalk::predict's other settings. With an `optimizer` in `finetune`, each
+  // learning rate goes into it as `lr` (else into `learning_rate`, the default optimizer's).
   sweep(models, train_tasks, eval_tasks, seeds, learning_rates, finetune, output_dir=null, chart="acc", predict={})::
     local grid = [
       { model: m, train: t, seed: s, lr: lr, name: std.format("%s-%s-seed%d-lr%g", [m, t, s, lr]) }
@@ -97,8 +103,9 @@ local suites = import "suites.libsonnet";
         model: models[g.model],
         tasks: [train_tasks[g.train]],
         seed: g.seed,
-        learning_rate: g.lr,
-      } + finetune
+      } + (if std.objectHas(finetune, "optimizer") then {} else { learning_rate: g.lr })
+      + finetune
+      + (if std.objectHas(finetune, "optimizer") then { optimizer+: { lr: g.lr } } else {})
       for g in grid
     };
     local zero_shot = [{ model: m, eval: e, name: m + "-" + e } for m in std.objectFields(models) for e in std.objectFields(eval_tasks)];
@@ -112,5 +119,6 @@ local suites = import "suites.libsonnet";
       ["task", "model", "finetuned_on", "seed", "lr"],
       output_dir=output_dir,
       chart=chart,
+      training={ [g.name]: "finetune_" + g.name for g in grid },
     ),
 }

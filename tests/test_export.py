@@ -64,3 +64,26 @@ def test_bad_settings_fail_before_anything_runs(tmp_path):
         ExportPredictionsStep(output_dir=str(tmp_path), predictions={"a/b": PREDICTIONS, "a b": PREDICTIONS})
     with pytest.raises(ConfigurationError, match="chart needs a table"):
         ExportPredictionsStep(output_dir=str(tmp_path), predictions={"a": PREDICTIONS}, chart="acc")
+
+
+def test_training_curves_are_drawn_next_to_the_chart(tmp_path):
+    def run(losses, accuracies, stopped_at=None):
+        validations = [{"step": 2 * (n + 1), "val_acc": a, "val_loss": 1.0} for n, a in enumerate(accuracies)]
+        best = max(validations, key=lambda v: v["val_acc"])
+        return {**best, "history": {"loss": [[n + 1, v] for n, v in enumerate(losses)], "validations": validations},
+                **({"stopped_at": stopped_at} if stopped_at else {})}
+
+    training = {"tiny-lr0.001": run([1.0, 0.8, 0.7, 0.6], [0.5, 0.6]), "tiny-lr0.01": run([1.2, 0.9], [0.55], 2),
+                "old": {"step": 4, "val_acc": 0.5}}  # trained before curves were recorded: left out
+    out = tmp_path / "out"
+    # The key of an export without `training` is the one from before it existed.
+    assert ExportPredictionsStep(output_dir="/tmp/x").unique_id == "ExportPredictionsStep-4x6fy1E8krCQjuTHDhqPHHoPAUGv1oc7"
+    export(tmp_path, output_dir=str(out), table=TABLE, chart="acc", training=training)
+    assert (out / "training.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert (out / "acc.png").exists()
+    export(tmp_path, output_dir=str(tmp_path / "none"), table=TABLE, training={"old": {"step": 4}})
+    assert not (tmp_path / "none" / "training.png").exists()
+
+
+def test_a_chart_of_a_calibration_metric_has_no_error_bars():
+    assert math.isnan(stderr_of({"ece": 0.1, "count": 101}, "ece"))

@@ -23,7 +23,9 @@ def test_each_accuracy_ranks_by_its_own_normalisation():
     accuracies = {"acc": 0.5, "acc_norm": 1.0, "acc_per_token": 1.0, "acc_uncond": 0.5}
     # lm-evaluation-harness's stderr: sqrt(p (1 - p) / (n - 1)); 0.5 of 2 -> sqrt(0.25 / 1)
     stderrs = {"acc_stderr": 0.5, "acc_norm_stderr": 0.0, "acc_per_token_stderr": 0.0, "acc_uncond_stderr": 0.5}
+    calibration = {k: metrics.pop(k) for k in ("ece", "brier")}  # see test_calibration
     assert metrics == {**accuracies, **stderrs, "count": 2}
+    assert set(calibration) == {"ece", "brier"}
 
 
 def test_stderr_is_lm_evaluation_harness_s():

@@ -5,7 +5,8 @@ x train size {divisible by the batch, not} x dropout {off, on}: 1 and 2 workers 
 key and must give the same model (weights within WEIGHT_TOLERANCE, equal validation accuracy),
 and the validation accuracy FinetuneStep reports must be the one PredictStep +
 CalculateMetricsStep compute with the returned weights. Then runs interrupted after a
-checkpoint and resumed on another device count.
+checkpoint and resumed on another device count. Both with the default optimizer and schedule
+(AdamW, linear warm-up) and with Tango's ``torch::SGD`` (momentum) + ``torch::StepLR``.
 """
 
 import json
@@ -26,12 +27,20 @@ pytestmark = pytest.mark.ddp
 WEIGHT_TOLERANCE = 1e-4
 BATCH = 8
 VALIDATION = 24
+#: A non-default optimizer and schedule, as a config gives them.
+SGD_STEP_LR = dict(
+    optimizer={"type": "torch::SGD", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.01},
+    lr_scheduler={"type": "torch::StepLR", "step_size": 3, "gamma": 0.5},
+)
+OPTIMIZERS = {"default": {}, "sgd-steplr": SGD_STEP_LR}
 
 
 def finetune(task, device_count: int, train_size: int, micro_batch_size: int, dropout: bool, **extra) -> FinetuneStep:
+    if "optimizer" not in extra:
+        extra["learning_rate"] = 1e-3
     return FinetuneStep(
         model=TINY_MODEL, tasks=[task], batch_size=BATCH, micro_batch_size=micro_batch_size, train_epochs=2,
-        train_limit=train_size, validation_limit=VALIDATION, learning_rate=1e-3, validate_every=2,
+        train_limit=train_size, validation_limit=VALIDATION, validate_every=2,
         config_overrides={} if dropout else NO_DROPOUT, device_count=device_count, step_name="finetune",
         keep_checkpoints=True, **extra,
     )
@@ -48,13 +57,22 @@ def checkpoint_progress(workspace: LocalWorkspace, step: FinetuneStep):
     return json.loads((checkpoints / f"step-{latest:07d}" / "state.json").read_text())["progress"]
 
 
-@pytest.mark.parametrize("dropout", [False, True], ids=["dropout-off", "dropout-on"])
-@pytest.mark.parametrize("train_size", [32, 37], ids=["divisible", "not-divisible"])
-@pytest.mark.parametrize("micro_batch_size", [2, 4], ids=["accumulating", "one-micro-batch-per-device"])
-def test_one_and_two_workers_give_the_same_model(tiny_task, tmp_path, dropout, train_size, micro_batch_size):
+MATRIX = [
+    pytest.param(micro, size, dropout, "default", id=f"{micro_id}-{size_id}-{dropout_id}")
+    for micro, micro_id in [(2, "accumulating"), (4, "one-micro-batch-per-device")]
+    for size, size_id in [(32, "divisible"), (37, "not-divisible")]
+    for dropout, dropout_id in [(False, "dropout-off"), (True, "dropout-on")]
+] + [  # the hardest cases again, with SGD + StepLR (2-process runs are slow on 2 cores)
+    pytest.param(2, 37, True, "sgd-steplr", id="accumulating-not-divisible-dropout-on-sgd-steplr"),
+    pytest.param(4, 32, False, "sgd-steplr", id="one-micro-batch-per-device-divisible-dropout-off-sgd-steplr"),
+]
+
+
+@pytest.mark.parametrize("micro_batch_size, train_size, dropout, optimizer", MATRIX)
+def test_one_and_two_workers_give_the_same_model(tiny_task, tmp_path, dropout, train_size, micro_batch_size, optimizer):
     results = {}
     for device_count in (1, 2):
-        step = finetune(tiny_task, device_count, train_size, micro_batch_size, dropout)
+        step = finetune(tiny_task, device_count, train_size, micro_batch_size, dropout, **OPTIMIZERS[optimizer])
         workspace = LocalWorkspace(tmp_path / f"ws{device_count}")
         results[device_count] = step, workspace, step.result(workspace)
     (one, ws_one, single), (two, _, double) = results[1], results[2]
@@ -74,7 +92,12 @@ def test_one_and_two_workers_give_the_same_model(tiny_task, tmp_path, dropout, t
     assert progress["step"] == steps
     assert [v["step"] for v in progress["validations"]] == list(range(2, steps + 1, 2))
     best = max(progress["validations"], key=lambda v: (v["val_acc"], -v["val_loss"], -v["step"]))
-    assert single.training_metrics == best
+    assert {k: single.training_metrics[k] for k in best} == best
+    assert single.training_metrics["history"]["validations"] == [
+        {k: v[k] for k in ("step", "val_acc", "val_loss")} for v in progress["validations"]]
+    one_losses, two_losses = (r.training_metrics["history"]["loss"] for r in (single, double))
+    assert [s for s, _ in one_losses] == [s for s, _ in two_losses]
+    assert [v for _, v in one_losses] == pytest.approx([v for _, v in two_losses], rel=1e-4)
 
     # The reported validation accuracy is what evaluating the returned weights gives.
     for step, workspace, result in results.values():
@@ -107,24 +130,25 @@ class RecordStart(TrainCallback):
         self.started = True
 
 
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
+@pytest.fixture(scope="module", params=list(OPTIMIZERS))
+def uninterrupted(tmp_path_factory, request):
     from catwalk_steps import PiqaTask
 
     from .conftest import TINY
 
     task = PiqaTask(data_files={"train": str(TINY / "train.jsonl"), "validation": str(TINY / "validation.jsonl")})
-    step = finetune(task, 1, 37, 2, dropout=True)
-    return task, step.result(LocalWorkspace(tmp_path_factory.mktemp("uninterrupted")))
+    step = finetune(task, 1, 37, 2, dropout=True, **OPTIMIZERS[request.param])
+    return task, step.result(LocalWorkspace(tmp_path_factory.mktemp("uninterrupted"))), request.param
 
 
 @pytest.mark.parametrize("first, then", [(1, 1), (1, 2), (2, 1)], ids=["1->1", "1->2", "2->1"])
 def test_interrupted_run_resumes_on_any_device_count(uninterrupted, tmp_path, first, then):
-    task, reference = uninterrupted
+    task, reference, optimizer = uninterrupted
+    settings = OPTIMIZERS[optimizer]
     workspace = LocalWorkspace(tmp_path / "ws")
     with pytest.raises(Exception, match="interrupted at step 5"):
-        finetune(task, first, 37, 2, dropout=True, callbacks=[Lazy(Interrupt, at=5)]).result(workspace)
-    step = finetune(task, then, 37, 2, dropout=True, callbacks=[Lazy(RecordStart)])
+        finetune(task, first, 37, 2, dropout=True, callbacks=[Lazy(Interrupt, at=5)], **settings).result(workspace)
+    step = finetune(task, then, 37, 2, dropout=True, callbacks=[Lazy(RecordStart)], **settings)
     resumed = step.result(workspace)
     assert (workspace.work_dir(step) / "started_at").read_text() == "4"  # from the checkpoint of step 4
 
@@ -134,9 +158,11 @@ def test_interrupted_run_resumes_on_any_device_count(uninterrupted, tmp_path, fi
         assert worst == 0.0
     assert worst < WEIGHT_TOLERANCE
     assert resumed.training_metrics["val_acc"] == reference.training_metrics["val_acc"]
+    assert resumed.training_metrics["history"]["loss"] == pytest.approx(reference.training_metrics["history"]["loss"],
+                                                                        rel=1e-4)
 
 
 def test_dropout_is_really_on_in_these_runs(uninterrupted, tmp_path):
-    task, with_dropout = uninterrupted
-    without = finetune(task, 1, 37, 2, dropout=False).result(LocalWorkspace(tmp_path))
+    task, with_dropout, optimizer = uninterrupted
+    without = finetune(task, 1, 37, 2, dropout=False, **OPTIMIZERS[optimizer]).result(LocalWorkspace(tmp_path))
     assert largest_difference(with_dropout.state_dict, without.state_dict) > 1e-3

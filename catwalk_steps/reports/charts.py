@@ -8,6 +8,7 @@ from typing import Any, Dict, List
 from tango.common.exceptions import ConfigurationError
 
 from ..storage.atomic import replace_atomically
+from .averages import PLAIN_METRICS
 from .tables import MetricsTable
 
 
@@ -18,9 +19,12 @@ def binomial_stderr(accuracy: float, count: int) -> float:
 
 
 def stderr_of(row: Dict[str, Any], metric: str) -> float:
-    """The table's own ``<metric>_stderr`` where it has one, else the binomial one."""
+    """The table's own ``<metric>_stderr`` where it has one, else the binomial one for an
+    accuracy; NaN (no error bar) for a metric without one (``ece``, ``brier``)."""
     given = row.get(f"{metric}_stderr")
-    return given if isinstance(given, (int, float)) else binomial_stderr(row[metric], row.get("count") or 0)
+    if isinstance(given, (int, float)):
+        return given
+    return math.nan if metric in PLAIN_METRICS else binomial_stderr(row[metric], row.get("count") or 0)
 
 
 def accuracy_chart(table: MetricsTable, metric: str, path: Path) -> None:
@@ -60,7 +64,7 @@ def accuracy_chart(table: MetricsTable, metric: str, path: Path) -> None:
         ax.bar_label(bars, fmt="%.2f", label_type="center", rotation=90, fontsize=7, color="white")
     ax.set_xticks(range(len(groups)), groups)
     ax.set_ylim(0, 1.1)
-    ax.set_ylabel(f"{metric} (± standard error)")
+    ax.set_ylabel(metric if metric in PLAIN_METRICS else f"{metric} (± standard error)")
     ax.set_title(f"{metric} per {group_by}" if group_by else metric)
     ax.legend(title="/".join(series_by), fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     replace_atomically(path, lambda temp: fig.savefig(temp, format="png", dpi=120))

@@ -11,6 +11,7 @@ from tango.common.exceptions import ConfigurationError
 
 from ..reports.accuracy import choice_scores, rankings
 from ..reports.charts import accuracy_chart
+from ..reports.curves import has_history, training_chart
 from ..reports.tables import MetricsTable
 from ..storage.atomic import replace_atomically
 from ..tango_fixes.class_paths import keep_class_path
@@ -51,12 +52,15 @@ class ExportPredictionsStep(Step):
       each metric picks and whether it is right;
     - ``metrics.csv`` and ``metrics.md``: the table from ``catwalk::tabulate_metrics``;
     - ``<chart>.png`` with ``chart`` set to a metric of the table (e.g. ``"acc"``): that metric
-      per row, with standard-error bars.
+      per row, with standard-error bars;
+    - ``training.png`` with ``training`` (run name -> a ``catwalk::finetune`` step): the training
+      loss and the validation accuracy against the step, one line per fine-tuned model.
 
     Not cached: writing is cheap, and a deleted or edited file comes back on the next run.
     """
 
     CACHEABLE = False
+    SKIP_DEFAULT_ARGUMENTS = {"training": None}  # the key of an export without curves is unchanged
 
     @classmethod
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -77,12 +81,15 @@ class ExportPredictionsStep(Step):
         predictions: Optional[Dict[str, List[Dict[str, Any]]]] = None,
         table: Optional[MetricsTable] = None,
         chart: Optional[str] = None,
+        training: Optional[Dict[str, Any]] = None,
     ) -> str:
         """
         :param output_dir: where the files go; created if missing.
         :param predictions: results of ``catwalk::predict``, by run name.
         :param table: a result of ``catwalk::tabulate_metrics``.
         :param chart: a metric of ``table`` to draw, e.g. ``"acc"``.
+        :param training: fine-tuned models (results of ``catwalk::finetune``) by run name, whose
+            training curves to draw into ``training.png``.
         :returns: the directory written, as an absolute path.
         """
         out = Path(output_dir).resolve()
@@ -96,5 +103,9 @@ class ExportPredictionsStep(Step):
             replace_atomically(out / "metrics.md", lambda p: p.write_text(table.to_markdown()))
         if chart is not None:
             accuracy_chart(table, chart, out / f"{chart}.png")
+        if training:
+            curves = {run: getattr(model, "training_metrics", model) for run, model in training.items()}
+            if any(has_history(metrics) for metrics in curves.values()):
+                training_chart(curves, out / "training.png")
         self.logger.info("Results written to %s", out)
         return str(out)

@@ -1,6 +1,7 @@
 """``catwalk::finetune``: rank-classification fine-tuning whose result does not depend on how it
 was computed (device count, interruptions)."""
 
+import inspect
 import math
 import shutil
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from tango import Step
 from tango.common import Tqdm
 from tango.common.exceptions import ConfigurationError
 from tango.common.lazy import Lazy
-from tango.integrations.torch import TrainCallback
+from tango.integrations.torch import LRScheduler, Optimizer, TrainCallback
 from tango.step import StepResources
 from tango.workspace import Workspace
 
@@ -25,7 +26,9 @@ from ..models.scoring import encode_pair
 from ..tasks import MCInstance, MultipleChoiceTask
 from ..tango_fixes.class_paths import keep_class_path
 from ..training.batches import BatchPlan
+from ..training.callbacks import check_callbacks
 from ..training.checkpoints import CHECKPOINTS
+from ..training.optimizers import check_schedule, named_lazy
 from ..training.result import RESULT, finished
 from ..training.result import WEIGHTS as RESULT_WEIGHTS
 
@@ -35,6 +38,10 @@ RENDEZVOUS_TIMEOUT = 600
 
 
 PRECISIONS = ("32", "bf16-mixed")
+
+
+def _run_defaults() -> Dict[str, Any]:
+    return {name: p.default for name, p in inspect.signature(FinetuneStep.run).parameters.items()}
 
 
 def check_batching(batch_size: int, micro_batch_size: Optional[int], device_count: int) -> int:
@@ -101,8 +108,15 @@ class FinetuneStep(Step):
     ``device_count``, the device, the port, the logging interval and the callbacks are not part of
     the cache key (see :mod:`catwalk_steps.training`).
 
+    The optimizer and learning-rate schedule are Tango's registrables, as ``torch::train`` takes
+    them (``optimizer: {type: "torch::SGD", lr: 0.1}``, ``lr_scheduler: {type: "torch::StepLR",
+    step_size: 10}``, or ``catwalk::linear_with_warmup`` / ``catwalk::cosine_with_warmup``); by
+    default AdamW with ``learning_rate`` and ``weight_decay`` and a linear warm-up over
+    ``warmup_fraction`` of the steps, then linear decay. Weight decay skips biases and
+    normalisation weights (see :mod:`catwalk_steps.training.optimizers`).
+
     The result is a :class:`FinetunedModel`: the CPU weights of the best validation, cached as
-    safetensors, and that validation's numbers.
+    safetensors, and that validation's numbers, with the training curves (``history``).
     """
 
     VERSION = "cw3"  # cw3: contexts shared by their choices in training (shared_context)
@@ -110,6 +124,10 @@ class FinetuneStep(Step):
     SKIP_ID_ARGUMENTS = {
         "device_count", "nodes", "max_restarts", "device", "strategy", "distributed_port", "log_every", "callbacks",
         "keep_checkpoints",
+    }
+    # New settings left at their defaults (today's training) keep existing keys.
+    SKIP_DEFAULT_ARGUMENTS = {
+        "optimizer": None, "lr_scheduler": None, "patience": None, "decay_biases_and_norms": False,
     }
     _joining: Optional["_Joining"] = None
     METADATA = {"artifact_kind": "model"}
@@ -129,6 +147,24 @@ class FinetuneStep(Step):
             raise ConfigurationError(f"validate_every must be at least 1, got {kwargs['validate_every']}")
         if kwargs.get("learning_rate", 1.0) <= 0:
             raise ConfigurationError(f"learning_rate must be positive, got {kwargs['learning_rate']}")
+        kwargs["optimizer"] = named_lazy(kwargs.get("optimizer"), Optimizer)
+        kwargs["lr_scheduler"] = named_lazy(kwargs.get("lr_scheduler"), LRScheduler)
+        for name, knobs in (("optimizer", ("learning_rate", "weight_decay")), ("lr_scheduler", ("warmup_fraction",))):
+            if kwargs[name] is None:
+                del kwargs[name]  # as if not given: the key of today's training
+                continue
+            for knob in knobs:  # (Tango has filled in every default by now)
+                if knob in kwargs and kwargs[knob] != _RUN_DEFAULTS[knob]:
+                    raise ConfigurationError(
+                        f"{knob} sets the default {name}, which {name} replaces: set it inside {name} instead"
+                    )
+        check_schedule(kwargs.get("lr_scheduler"))
+        if kwargs.get("patience") is not None:
+            if kwargs["patience"] < 1:
+                raise ConfigurationError(f"patience must be at least 1, got {kwargs['patience']}")
+            if kwargs.get("validation_split", "validation") is None:
+                raise ConfigurationError("patience needs a validation_split to watch")
+        check_callbacks(kwargs.get("callbacks"))
         device_count = kwargs.get("device_count", 1)
         check_device_setting(kwargs.get("device", "auto"), device_count)
         if kwargs.get("max_restarts", 0) < 0:
@@ -164,7 +200,11 @@ class FinetuneStep(Step):
         learning_rate: float = 5e-5,
         weight_decay: float = 0.0,
         warmup_fraction: float = 0.1,
+        optimizer: Optional[Lazy[Optimizer]] = None,
+        lr_scheduler: Optional[Lazy[LRScheduler]] = None,
+        decay_biases_and_norms: bool = False,
         max_grad_norm: Optional[float] = 1.0,
+        patience: Optional[int] = None,
         seed: int = 42,
         train_split: str = "train",
         validation_split: Optional[str] = "validation",
@@ -203,6 +243,25 @@ class FinetuneStep(Step):
             epoch trains on ``len(train) // batch_size`` whole batches of a fresh permutation.
         :param micro_batch_size: instances per forward pass on one device (default: ``batch_size``).
             ``batch_size`` must be a multiple of ``micro_batch_size * device_count``.
+        :param learning_rate: the default optimizer's (AdamW's) learning rate.
+        :param weight_decay: the default optimizer's weight decay (of every weight but biases and
+            normalisation weights, unless ``decay_biases_and_norms``).
+        :param warmup_fraction: the default schedule's warm-up, as a fraction of the training
+            steps (rounded up): the learning rate rises linearly from 0, then falls linearly to 0.
+        :param optimizer: a Tango ``Optimizer`` (``{type: "torch::AdamW", lr: 2e-5, weight_decay:
+            0.01}``), built on each worker with the trainable parameters in two groups: biases and
+            normalisation weights (LayerNorm, RMSNorm, ...) get ``weight_decay: 0``, the others the
+            optimizer's own. Replaces ``learning_rate`` and ``weight_decay`` (setting them to other
+            than their defaults too is an error). In the cache key.
+        :param lr_scheduler: a Tango ``LRScheduler`` (``{type: "torch::StepLR", step_size: 10}``,
+            ``{type: "catwalk::cosine_with_warmup", warmup_fraction: 0.06}``), stepped after every
+            optimizer step; one whose constructor takes ``num_training_steps`` gets the step count
+            unless given. Replaces ``warmup_fraction``. In the cache key.
+        :param decay_biases_and_norms: decay biases and normalisation weights too.
+        :param patience: stop after this many validations in a row without a higher validation
+            accuracy than the best before them. The result is still the best validation's weights;
+            ``training_metrics["stopped_at"]`` says where it stopped; a stopped run resumed from its
+            checkpoint stays stopped. In the cache key when set.
         :param validate_every: steps between validations, each followed by a checkpoint; by
             default, every epoch. The returned weights are those of the best validation accuracy
             (of equal ones, the lowest loss), or of the last step without a ``validation_split``.
@@ -222,9 +281,13 @@ class FinetuneStep(Step):
             ``"cpu"``, decided where the step runs: a step for GPUs can be built on a host without one.
         :param distributed_port: the TCP port of the workers' rendezvous; by default the operating
             system picks a free one, so parallel steps cannot collide.
+        :param log_every: steps between records of the training loss (in
+            ``training_metrics["history"]``, and for callbacks' ``log_batch``).
         :param callbacks: Tango ``TrainCallback``s, e.g. ``{type: "wandb::log"}`` (with
-            ``tango.integrations.wandb`` in ``include_package`` and ``wandb`` installed). They are
-            not in the cache key, so they must only observe training, not change it.
+            ``tango.integrations.wandb`` in ``include_package`` and ``wandb`` installed), called
+            as Tango's loop calls them (:mod:`catwalk_steps.training.callbacks`); their state is
+            saved with checkpoints. They are not in the cache key, so they must only observe
+            training: one that raises ``StopEarly`` fails the step (use ``patience``).
         :param keep_checkpoints: keep the checkpoints (the latest and the best: sharded weights and
             optimizer state, for continuing training) once the result is cached; by default they
             are deleted then, and the cache entry holds the result alone. Not in the cache key.
@@ -280,6 +343,10 @@ class FinetuneStep(Step):
             gradient_checkpointing=gradient_checkpointing,
             shared_context=shared_context,
             callbacks=callbacks,
+            optimizer=optimizer,
+            lr_scheduler=lr_scheduler,
+            decay_biases_and_norms=decay_biases_and_norms,
+            patience=patience,
             workspace=workspace,
             step_id=self.unique_id,
             step_name=self.name,
@@ -342,3 +409,6 @@ class FinetuneStep(Step):
         if not self.kwargs.get("keep_checkpoints"):
             shutil.rmtree(work_dir / CHECKPOINTS, ignore_errors=True)
         shutil.rmtree(work_dir / RESULT, ignore_errors=True)
+
+
+_RUN_DEFAULTS = _run_defaults()

@@ -11,6 +11,7 @@ from tango.format import Format
 
 from ..reports.accuracy import accuracies
 from ..reports.averages import macro_average
+from ..reports.calibration import calibration
 from ..reports.tables import MetricsTable, check_average_over
 from ..storage.atomic import AtomicJsonFormat, read_json, replace_atomically
 from ..tango_fixes.class_paths import keep_class_path
@@ -24,7 +25,9 @@ class CalculateMetricsStep(Step):
     lm-evaluation-harness), per token (``acc_per_token``), and, where the predictions hold
     log-likelihoods after the task's unconditioned context (``unconditioned: true`` in
     ``catwalk::predict``), by the gain over it (``acc_uncond``); each with its standard error
-    (``acc_stderr``, ...; see :mod:`..reports.averages`).
+    (``acc_stderr``, ...; see :mod:`..reports.averages`); and how well the softmax over each
+    instance's summed log-likelihoods is calibrated: ``ece`` (top-label expected calibration
+    error, 15 bins, L1) and ``brier`` (see :mod:`..reports.calibration`).
 
     For a task with groups (MMLU's subjects), the top-level numbers are over all instances
     (lm-evaluation-harness's ``mmlu`` number), ``groups`` holds each group's metrics and
@@ -34,22 +37,29 @@ class CalculateMetricsStep(Step):
     (the system this replaces synced torchmetrics objects across DDP workers in a callback).
     """
 
-    VERSION = "cw2"  # cw2: standard errors, groups; acc_norm per answer character (PredictStep cw2)
+    # cw2: standard errors, groups; acc_norm per answer character (PredictStep cw2). cw3: ece, brier.
+    VERSION = "cw3"
     FORMAT = AtomicJsonFormat()
 
     def run(self, predictions: List[Dict[str, Any]]) -> Dict[str, Any]:  # type: ignore[override]
         if not predictions:
             raise ValueError("No predictions to compute metrics on")
-        metrics = accuracies(predictions)
+        metrics = metrics_of(predictions)
         by_group: Dict[str, List[Dict[str, Any]]] = {}
         for p in predictions:
             if "group" in p:
                 by_group.setdefault(p["group"], []).append(p)
         if by_group:
-            metrics["groups"] = {group: accuracies(members) for group, members in sorted(by_group.items())}
+            metrics["groups"] = {group: metrics_of(members) for group, members in sorted(by_group.items())}
             metrics["macro"] = macro_average(list(metrics["groups"].values()))
         self.logger.info("Metrics: %s", {k: v for k, v in metrics.items() if k != "groups"})
         return metrics
+
+
+def metrics_of(predictions: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Every metric of ``predictions``: the accuracies with their standard errors, the
+    calibration, the count."""
+    return {**accuracies(predictions), **calibration(predictions)}
 
 
 @Format.register("catwalk::metrics_table")

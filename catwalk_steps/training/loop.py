@@ -9,7 +9,10 @@ What makes its result independent of how it was computed:
   at every checkpoint, so the best validation's weights are always saved;
 - checkpoints hold the global state, sharded by name (see :mod:`.checkpoints`), so a run resumes
   on any number of devices, under either strategy;
-- the result is the best validation's weights, written without gathering them (:mod:`.result`).
+- the result is the best validation's weights, written without gathering them (:mod:`.result`);
+- the optimizer and schedule are built per worker (:mod:`.optimizers`); callbacks observe only
+  (:mod:`.callbacks`); early stopping (``patience``) is recorded in the checkpoint, so a stopped
+  run resumes as stopped.
 """
 
 import logging
@@ -19,17 +22,18 @@ from typing import Any, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
-from tango.common import DatasetDict, Tqdm
+from tango.common import Tqdm
 from tango.common.lazy import Lazy
-from tango.integrations.torch import TrainCallback, TrainConfig
+from tango.integrations.torch import TrainCallback
 from tango.workspace import Workspace
-from transformers import get_linear_schedule_with_warmup
 
 from ..models.adapters import Adapter
 from ..models.loading import ModelSpec
 from ..models.rank_classification import RankClassificationCollator, RankClassificationModel
 from .batches import BatchPlan
+from .callbacks import Callbacks, EngineView, build_callbacks, should_stop
 from .checkpoints import CHECKPOINTS, CheckpointStore, Progress
+from .optimizers import build_optimizer, build_schedule
 from .result import write_result
 from .seeds import derive_seed
 from .strategies import distribute, gradient_sync, sharded_model
@@ -66,6 +70,11 @@ class TrainingJob:
     workspace: Optional[Workspace] = None
     step_id: str = ""
     step_name: Optional[str] = None
+    # Lazy[Optimizer] / Lazy[LRScheduler]; None: AdamW(learning_rate, weight_decay), linear warm-up.
+    optimizer: Optional[Lazy] = None
+    lr_scheduler: Optional[Lazy] = None
+    decay_biases_and_norms: bool = False
+    patience: Optional[int] = None
 
     @property
     def checkpoints(self) -> CheckpointStore:
@@ -73,15 +82,6 @@ class TrainingJob:
 
     def is_checkpoint_step(self, steps_done: int) -> bool:
         return steps_done % self.validate_every == 0 or steps_done == self.train_steps
-
-
-@dataclass
-class EngineView:
-    """What Tango's callbacks read from a training engine."""
-
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    lr_scheduler: Any
 
 
 def _to(batch: Dict[str, torch.Tensor], device: torch.device) -> Dict[str, torch.Tensor]:
@@ -96,7 +96,8 @@ def _sum_over_workers(values: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def validate(
-    model: RankClassificationModel, job: TrainingJob, collate, rank: int, world_size: int, device: torch.device
+    model: RankClassificationModel, job: TrainingJob, collate, rank: int, world_size: int, device: torch.device,
+    callbacks: Optional[Callbacks] = None, step: int = 0, epoch: int = 0,
 ) -> Dict[str, float]:
     """Exact accuracy and mean loss over the whole validation split (worker ``rank`` scores every
     ``world_size``-th instance; the sums, not per-worker means, are combined). In full precision
@@ -108,9 +109,14 @@ def validate(
     # Every worker runs as many forward passes (FSDP gathers parameters in each); one whose
     # shard is shorter scores a stand-in batch and drops its numbers.
     longest_shard = -(-len(job.validation) // world_size)
-    for start in range(0, longest_shard, job.plan.micro_batch_size):
+    for val_step, start in enumerate(range(0, longest_shard, job.plan.micro_batch_size)):
         items = shard[start:start + job.plan.micro_batch_size]
-        outputs = model(**_to(collate(items or job.validation[:1]), device))
+        batch = collate(items or job.validation[:1])
+        if items and callbacks:
+            callbacks.pre_val_batch(step, val_step, epoch, batch)
+        outputs = model(**_to(batch, device))
+        if items and callbacks:
+            callbacks.post_val_batch(step, val_step, epoch, outputs)
         if items:
             sums += torch.stack([outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items))]).to(sums)
     correct, loss, count = _sum_over_workers(sums).tolist()
@@ -128,11 +134,11 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
         trained = model
     model.train()  # from_pretrained gives eval mode
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=job.learning_rate, weight_decay=job.weight_decay)
-    schedule = get_linear_schedule_with_warmup(optimizer, job.warmup_steps, job.train_steps)
+    optimizer = build_optimizer(model, job.optimizer, job.learning_rate, job.weight_decay, job.decay_biases_and_norms)
+    schedule = build_schedule(job.lr_scheduler, optimizer, job.train_steps, job.warmup_steps)
     latest = job.checkpoints.latest()
     if latest is None:
-        progress, training_state = Progress(), {"callbacks": []}
+        progress, training_state = Progress(), {"callbacks": [], "losses": []}
     else:  # every worker reads the shards it keeps, whoever wrote them
         state = job.checkpoints.load(latest, model, optimizer)
         progress, training_state = Progress(**state["progress"]), state["training_state"]
@@ -140,39 +146,44 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
         if rank == 0:
             logger.info("Resuming from the checkpoint of step %d (%s)", progress.step, latest)
     collate = RankClassificationCollator(job.pad_token_id, job.max_length, model.shares_contexts)
-    callbacks = _callbacks(job, rank, world_size, device, EngineView(trained, optimizer, schedule))
-    for callback, state in zip(callbacks, training_state["callbacks"]):
-        callback.load_state_dict(state)
+    callbacks = build_callbacks(job, rank, world_size, device, EngineView(trained, optimizer, schedule))
+    callbacks.load_state_dicts(training_state["callbacks"])
+    losses = training_state.get("losses", [])  # [step, loss] every log_every steps, for the curves
+    stopped_at = training_state.get("stopped_at")  # a stopped run resumes as stopped
+    end = job.train_steps if stopped_at is None else progress.step
 
-    for callback in callbacks:
-        callback.pre_train_loop()
+    callbacks.pre_train_loop()
     start, shown = progress.step, {}
     desc = f"Training (resumed from step {start})" if start else "Training"
-    bar = Tqdm.tqdm(total=job.train_steps, initial=start, desc=desc, disable=rank != 0)
-    for step in range(start, job.train_steps):
+    bar = Tqdm.tqdm(total=end, initial=start, desc=desc, disable=rank != 0)
+    for step in range(start, end):
         epoch = job.plan.epoch_of(step)
         if step == start or step % job.plan.steps_per_epoch == 0:
-            for callback in callbacks:
-                if step != start:
-                    callback.post_epoch(step, epoch - 1)
-                callback.pre_epoch(step, epoch)
+            if step != start:
+                callbacks.post_epoch(step, epoch - 1)
+            callbacks.pre_epoch(step, epoch)
 
         # One optimizer step: this worker's micro-batches of the step's global batch.
         micro_batches = job.plan.micro_batches(step, rank, world_size)
-        batch_loss = torch.zeros((), device=device)
-        for n, (index, examples) in enumerate(micro_batches):
-            batch = _to(collate([job.train[i] for i in examples]), device)
-            for callback in callbacks:
-                callback.pre_batch(step, epoch, batch)
+        batches = [collate([job.train[i] for i in examples]) for _, examples in micro_batches]
+        callbacks.pre_batch(step, epoch, batches)
+        batch_loss, outputs = torch.zeros((), device=device), []
+        for n, ((index, _), batch) in enumerate(zip(micro_batches, batches)):
+            batch = _to(batch, device)
             torch.manual_seed(derive_seed(job.plan.seed, "dropout", step, index))
             # Gradients are all-reduced once per step, with the last micro-batch's backward pass.
             last = n == len(micro_batches) - 1
             with gradient_sync(trained, enabled=last), torch.autocast(
                 device.type, torch.bfloat16, enabled=job.precision == "bf16-mixed"
             ):
-                loss = trained(**batch)["loss"] / len(micro_batches)
+                output = trained(**batch)
+                loss = output["loss"] / len(micro_batches)
                 loss.backward()
             batch_loss += loss.detach()
+            if callbacks:
+                outputs.append({k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in output.items()})
+        if callbacks:  # this worker's loss, before the optimizer step, as Tango's loop
+            callbacks.post_batch(step, epoch, batch_loss.item(), outputs)
         if job.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(trainable, job.max_grad_norm)
         optimizer.step()
@@ -182,67 +193,45 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
         bar.update(1)
 
         log = progress.step % job.log_every == 0 or job.is_checkpoint_step(progress.step)
-        if log or callbacks:  # the same on every worker: the sum over workers is a collective
+        if log:  # the same on every worker: the sum over workers is a collective
             loss_value = _sum_over_workers(batch_loss).item() / world_size
-            for callback in callbacks:
-                callback.post_batch(step, epoch, loss_value, [])
-        if log:
-            for callback in callbacks:
-                callback.log_batch(step, epoch, loss_value, [])
+            if progress.step % job.log_every == 0:
+                losses.append([progress.step, loss_value])
+            callbacks.log_batch(step, epoch, loss_value, outputs)
             shown["loss"] = f"{loss_value:.4f}"
             bar.set_postfix(shown)
 
         if job.is_checkpoint_step(progress.step):
             if job.validation is not None:
-                record = {"step": progress.step, "epoch": epoch, **validate(model, job, collate, rank, world_size, device)}
+                scores = validate(model, job, collate, rank, world_size, device, callbacks, step, epoch)
+                record = {"step": progress.step, "epoch": epoch, **scores}
                 progress.validations.append(record)
                 best = progress.best
-                for callback in callbacks:
-                    callback.post_val_loop(step, epoch, record["val_acc"], best["val_acc"])
+                callbacks.post_val_loop(step, epoch, record["val_acc"], best["val_acc"])
                 shown.update(val_acc=f"{record['val_acc']:.4f}", best_val_acc=f"{best['val_acc']:.4f}")
                 bar.set_postfix(shown)
+                if should_stop(progress.validations, job.patience) and progress.step < job.train_steps:
+                    stopped_at = progress.step
             training_state = {
                 "schedule": schedule.state_dict(),
-                "callbacks": [callback.state_dict() for callback in callbacks],
+                "callbacks": callbacks.state_dicts(),
+                "losses": losses,
+                **({"stopped_at": stopped_at} if stopped_at is not None else {}),
             }
             job.checkpoints.save(model, optimizer, training_state, progress, rank, world_size)  # every rank
+            if stopped_at is not None:
+                if rank == 0:
+                    logger.info("Stopping early at step %d: %d validations without a better accuracy",
+                                stopped_at, job.patience)
+                break
     bar.close()
     optimizer.state.clear()  # the optimizer state is in the checkpoints; the result needs the memory
-    write_result(model, job.checkpoints, progress, job.work_dir, rank)
-    last_epoch = job.plan.epoch_of(job.train_steps - 1)
-    for callback in callbacks:
-        callback.post_epoch(job.train_steps - 1, last_epoch)
-        callback.post_train_loop(job.train_steps - 1, last_epoch)
+    history = {"loss": losses, "validations": [{k: v[k] for k in ("step", "val_acc", "val_loss")}
+                                               for v in progress.validations]}
+    write_result(model, job.checkpoints, progress, job.work_dir, rank,
+                 {"history": history, **({"stopped_at": stopped_at} if stopped_at is not None else {})})
+    last_step = max(progress.step, 1) - 1
+    last_epoch = job.plan.epoch_of(last_step)
+    callbacks.post_epoch(last_step, last_epoch)
+    callbacks.post_train_loop(last_step, last_epoch)
 
-
-def _callbacks(
-    job: TrainingJob, rank: int, world_size: int, device: torch.device, engine: EngineView
-) -> List[TrainCallback]:
-    if not job.callbacks:
-        return []
-    config = TrainConfig(
-        step_id=job.step_id,
-        work_dir=job.work_dir,
-        step_name=job.step_name,
-        worker_id=rank,
-        validation_split="validation" if job.validation is not None else None,
-        seed=job.plan.seed,
-        train_steps=job.train_steps,
-        grad_accum=job.plan.micro_batches_per_step // world_size,
-        log_every=job.log_every,
-        checkpoint_every=job.validate_every,
-        validate_every=job.validate_every,
-        is_distributed=world_size > 1,
-        devices=list(range(world_size)) if device.type == "cuda" else [-1] * world_size,
-        val_metric_name="acc",
-        minimize_val_metric=False,
-        world_size=world_size,
-    )
-    datasets = DatasetDict(splits={"train": job.train, **({"validation": job.validation} if job.validation else {})})
-    return [
-        callback.construct(
-            workspace=job.workspace, train_config=config, training_engine=engine, dataset_dict=datasets,
-            train_dataloader=None, validation_dataloader=None,
-        )
-        for callback in job.callbacks
-    ]

@@ -38,9 +38,11 @@ def finished(work_dir: Path) -> Optional[Dict[str, Any]]:
 
 def write_result(
     model: "RankClassificationModel", checkpoints: CheckpointStore, progress: Progress, work_dir: Path, rank: int,
+    extra_metrics: Optional[Dict[str, Any]] = None,
 ) -> None:
     """Writes the best validation's weights (the last step's without validations) into
-    ``work_dir/result`` (every worker must call, at the end of training)."""
+    ``work_dir/result`` (every worker must call, at the end of training). ``training_metrics``
+    are the best validation's numbers plus ``extra_metrics`` (the training curves)."""
     from peft import PeftModel
 
     from .strategies import trained_weights
@@ -62,7 +64,7 @@ def write_result(
     else:
         meta = _write_full_weights(model, temp, rank)
     if rank == 0:
-        record = {"weights": meta, "training_metrics": best or {"step": step}}
+        record = {"weights": meta, "training_metrics": {**(best or {"step": step}), **(extra_metrics or {})}}
         (temp / RECORD).write_text(json.dumps(record, indent=1))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(temp, final)

@@ -32,7 +32,12 @@ def test_a_fine_tuned_entry_is_its_weights_and_little_else(tiny_task, tmp_path, 
     entry = workspace.step_dir(step)
     weights = (entry / "model.safetensors").stat().st_size
     assert not (workspace.work_dir(step) / "checkpoints").exists()
-    assert disk_bytes(entry) <= 1.1 * weights, sorted(p.relative_to(entry) for p in entry.rglob("*"))
+    assert not [p for p in workspace.work_dir(step).rglob("*") if p.is_file()]  # the work dir is empty
+    # Beyond the weights: the entry's JSON (spec, settings, training history), a few KiB, which
+    # for the demo's tiny LoRA adapter is not small beside its weights.
+    assert disk_bytes(entry) <= 1.1 * weights or disk_bytes(entry) - weights <= 64 << 10
+    if adapter is None:
+        assert disk_bytes(entry) <= 1.1 * weights
     assert LocalWorkspace(tmp_path).step_cache[step].state_dict.keys() == result.state_dict.keys()
 
 

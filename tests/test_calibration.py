@@ -81,7 +81,7 @@ def test_tables_show_them_and_average_them_without_stderr():
     results = {"tiny/0/piqa": {"acc": 0.5, "acc_stderr": 0.1, "ece": 0.2, "brier": 0.4, "count": 10},
                "tiny/0/boolq": {"acc": 0.7, "acc_stderr": 0.2, "ece": 0.1, "brier": 0.3, "count": 10}}
     table = MetricsTable.from_results(results, ["model", "shots", "task"], average_over="task")
-    assert table.columns == ["model", "shots", "task", "acc", "acc_stderr", "brier", "count", "ece"]
+    assert table.columns == ["model", "shots", "task", "acc", "acc_stderr", "brier", "ece", "count"]
     macro = table.rows[2]
     assert macro["ece"] == pytest.approx(0.15) and macro["brier"] == pytest.approx(0.35)
     assert "ece_stderr" not in macro

@@ -94,8 +94,8 @@ def test_second_run_is_all_cache_hits(first_run):
 def test_two_process_run_gives_the_same_metrics_and_cache_key(first_run, tmp_path):
     workspace, _ = first_run
     tango_run("configs/piqa_tiny_ddp.jsonnet", tmp_path / "ddp", "ddp")
-    (state,) = (tmp_path / "ddp").glob("cache/FinetuneStep-*/work/checkpoints/step-*[0-9]/state.json")
-    assert json.loads(state.read_text())["world_size"] == 2
+    (meta,) = (tmp_path / "ddp").glob("cache/FinetuneStep-*/model.json")
+    assert json.loads(meta.read_text())["training_metrics"]["world_size"] == 2
     assert metrics(tmp_path / "ddp", "ddp") == metrics(workspace, "first")
     # The same cache key (so in the first workspace this config would train nothing).
     (ddp_model,) = (tmp_path / "ddp" / "cache").glob("FinetuneStep-*")
@@ -124,7 +124,7 @@ def test_offline_sweep_fills_every_cell_of_its_table_and_charts_it(sequential_sw
     table = LocalWorkspace(workspace).step_result_for_run("sweep", "table")
     keys = ["task", "model", "finetuned_on", "seed", "lr"]
     accuracies = ["acc", "acc_norm", "acc_per_token", "acc_uncond"]
-    assert table.columns == keys + [c for a in accuracies for c in (a, a + "_stderr")] + ["count"]
+    assert table.columns == keys + [c for a in accuracies for c in (a, a + "_stderr")] + ["brier", "ece", "count"]
     expected = {
         (task, model, trained, seed)
         for task in ("piqa", "tools")

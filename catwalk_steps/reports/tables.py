@@ -32,7 +32,7 @@ class MetricsTable:
         check_average_over(key_columns, average_over)
         metric_columns = sorted(
             {metric for result in results.values() for metric, value in result.items() if not isinstance(value, dict)},
-            key=lambda name: (name.removesuffix(STDERR_SUFFIX), name.endswith(STDERR_SUFFIX)),
+            key=lambda name: (name == "count", name.removesuffix(STDERR_SUFFIX), name.endswith(STDERR_SUFFIX)),
         )
         groups: Dict[tuple, List[Dict[str, Any]]] = {}
         for name, result in results.items():

@@ -229,7 +229,8 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
     history = {"loss": losses, "validations": [{k: v[k] for k in ("step", "val_acc", "val_loss")}
                                                for v in progress.validations]}
     write_result(model, job.checkpoints, progress, job.work_dir, rank,
-                 {"history": history, **({"stopped_at": stopped_at} if stopped_at is not None else {})})
+                 {"history": history, "world_size": world_size,  # for people; never read back
+                  **({"stopped_at": stopped_at} if stopped_at is not None else {})})
     last_step = max(progress.step, 1) - 1
     last_epoch = job.plan.epoch_of(last_step)
     callbacks.post_epoch(last_step, last_epoch)

@@ -85,7 +85,7 @@ def test_tables_show_them_and_average_them_without_stderr():
     macro = table.rows[2]
     assert macro["ece"] == pytest.approx(0.15) and macro["brier"] == pytest.approx(0.35)
     assert "ece_stderr" not in macro
-    assert table.to_markdown().splitlines()[4] == "| tiny | 0 | macro-average | 0.6000 ± 0.1118 | 0.3500 | 20 | 0.1500 |"
+    assert table.to_markdown().splitlines()[4] == "| tiny | 0 | macro-average | 0.6000 ± 0.1118 | 0.3500 | 0.1500 | 20 |"
 
 
 def test_a_cached_rerun_does_not_import_torchmetrics():

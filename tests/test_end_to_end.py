@@ -47,6 +47,9 @@ def started_steps(output: str) -> List[str]:
     return re.findall(r'Starting step "([^"]+)"', output)
 
 
+CALIBRATION = ("ece", "brier")
+
+
 def metrics(workspace: Path, run: str):
     ws = LocalWorkspace(workspace)
     return {kind: ws.step_result_for_run(run, f"metrics_{kind}") for kind in ("zero_shot", "finetuned")}
@@ -96,7 +99,14 @@ def test_two_process_run_gives_the_same_metrics_and_cache_key(first_run, tmp_pat
     tango_run("configs/piqa_tiny_ddp.jsonnet", tmp_path / "ddp", "ddp")
     (meta,) = (tmp_path / "ddp").glob("cache/FinetuneStep-*/model.json")
     assert json.loads(meta.read_text())["training_metrics"]["world_size"] == 2
-    assert metrics(tmp_path / "ddp", "ddp") == metrics(workspace, "first")
+    two, one = metrics(tmp_path / "ddp", "ddp"), metrics(workspace, "first")
+    for kind in one:
+        # Accuracies (decisions) are equal; ece and brier move with the weights, which 1 and 2
+        # workers round differently (within 3e-4, README): probabilities by as little again.
+        assert {k: v for k, v in two[kind].items() if k not in CALIBRATION} == {
+            k: v for k, v in one[kind].items() if k not in CALIBRATION}
+        for k in CALIBRATION:
+            assert two[kind][k] == pytest.approx(one[kind][k], abs=1e-3)
     # The same cache key (so in the first workspace this config would train nothing).
     (ddp_model,) = (tmp_path / "ddp" / "cache").glob("FinetuneStep-*")
     assert (workspace / "cache" / ddp_model.name / "cache-metadata.json").exists()

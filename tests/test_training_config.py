@@ -18,7 +18,7 @@ from tango.workspaces import LocalWorkspace
 from catwalk_steps import FinetuneStep
 from catwalk_steps.training.optimizers import CosineWithWarmup, LinearWithWarmup, build_schedule, parameter_groups
 
-from .conftest import NO_DROPOUT, TINY_MODEL
+from .conftest import NO_DROPOUT, REPO, TINY_MODEL
 
 SMALL = dict(
     model=TINY_MODEL, batch_size=8, micro_batch_size=4, train_epochs=1, train_limit=32, validation_limit=16,
@@ -27,7 +27,7 @@ SMALL = dict(
 #: What the code before optimizer/lr_scheduler existed gave for FinetuneStep(**SMALL,
 #: learning_rate=1e-3) with dropout on (its key, and the best validation's loss): the default
 #: must stay today's training.
-TODAYS_KEY = "FinetuneStep-cw3-5uNT39wrhku65bmadTNfD9dy9f2pJDoo"
+TODAYS_KEY = "FinetuneStep-cw3-2DovsCrXxHusAanhUc5ccaddzbtg8sJ2"  # with the model as rc::data/tiny/model
 TODAYS_VAL_LOSS = 0.978220272809267
 SGD = {"type": "torch::SGD", "lr": 0.05, "momentum": 0.9}
 STEP_LR = {"type": "torch::StepLR", "step_size": 2, "gamma": 0.5}
@@ -45,8 +45,9 @@ def same_weights(a, b) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_the_default_is_todays_adamw_with_linear_warmup(tiny_task, tmp_path):
-    default = step(tiny_task, learning_rate=1e-3, config_overrides=None)
+def test_the_default_is_todays_adamw_with_linear_warmup(tiny_task, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)  # a relative model path: the key holds it, so it is the same in any clone
+    default = step(tiny_task, model="rc::data/tiny/model", learning_rate=1e-3, config_overrides=None)
     assert default.unique_id == TODAYS_KEY
     result = default.result(LocalWorkspace(tmp_path / "a"))
     assert result.training_metrics["val_loss"] == pytest.approx(TODAYS_VAL_LOSS, rel=1e-6)

@@ -62,6 +62,7 @@ def launch(
     node's), on every node, with a process group set up. One worker on one node without
     restarts runs in this process."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous import RendezvousTimeoutError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # 1 s of imports: only here
 
     nodes = nodes or Nodes()
@@ -85,6 +86,11 @@ def launch(
             elastic_launch(config, _worker)(fn, devices, get_extra_imported_modules(), Path(reports), args)
         except ChildFailedError as error:
             raise WorkerFailedError(_first_failure(error, Path(reports), nodes.count * len(devices))) from error
+        except RendezvousTimeoutError as error:  # its own message is empty
+            raise TimeoutError(
+                f"{nodes.count} nodes did not all arrive at the rendezvous {nodes.endpoint} (run {nodes.run_id}) "
+                f"within {nodes.join_timeout} s: start `python -m catwalk_steps.join` on the other nodes"
+            ) from error
 
 
 def _first_failure(error: "ChildFailedError", reports: Path, world_size: int) -> str:

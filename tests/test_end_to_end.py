@@ -185,11 +185,12 @@ def test_four_concurrent_processes_compute_every_step_once(sequential_sweep, tmp
     expected = LocalWorkspace(reference).step_result_for_run("sweep", "table")
     assert table.columns == expected.columns and len(table.rows) == len(expected.rows)
     for row, other in zip(table.rows, expected.rows):
-        # The tasks ran at one thread, the reference at two: torch sums in another order, which
-        # moves ece and brier (continuous in the log-likelihoods) in the last digits only.
+        # The tasks ran at one thread, the reference at two: torch sums in another order, in
+        # training too, which moves weights and log-likelihoods by ~1e-5 (measured: ece and brier
+        # by 5e-6), and decisions not at all.
         assert {k: v for k, v in row.items() if k not in CALIBRATION} == {
             k: v for k, v in other.items() if k not in CALIBRATION}
-        assert [row[k] for k in CALIBRATION] == pytest.approx([other[k] for k in CALIBRATION], abs=1e-6)
+        assert [row[k] for k in CALIBRATION] == pytest.approx([other[k] for k in CALIBRATION], abs=1e-4)
 
 
 CORE_SUITE = {"piqa", "arc_easy", "arc_challenge", "openbookqa", "hellaswag", "copa", "boolq", "sciq", "winogrande",

@@ -49,7 +49,8 @@ def build_model(directory: Path) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def sample(root: "psutil.Process", peaks: dict, running: list) -> None:  # noqa: F821
+def sample(root, peaks: dict, running: list) -> None:
+    """Every process under ``root`` (a psutil.Process): its largest resident set so far."""
     import psutil
 
     while running:

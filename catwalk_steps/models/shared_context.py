@@ -8,7 +8,7 @@ the cache is an ordinary tensor of the autograd graph, so the backward pass thro
 That is how training uses it (:class:`~.rank_classification.RankClassificationModel`).
 """
 
-from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Sequence, Tuple
 
 import torch
 

@@ -14,7 +14,6 @@ import json
 import logging
 import shutil
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Optional
 
 from sqlitedict import SqliteDict

@@ -13,7 +13,7 @@ from ..storage.hub import hub_failure
 from .data_files import load_local_rows
 from .fewshot import SEPARATOR, add_demonstrations
 from .formulation import lettered, without_answer_cue
-from .instance import DataError, MCInstance, Row
+from .instance import MCInstance, Row
 
 LOCAL_DATA = "give the task local files of the same fields as data_files ({split: path})"
 

@@ -65,7 +65,8 @@ def _options(model: torch.nn.Module):
     return StateDictOptions(ignore_frozen_params=frozen, strict=not frozen)
 
 
-def _barrier() -> None:
+def barrier() -> None:
+    """Waits for every worker (no-op for one in-process worker)."""
     if dist.is_initialized():
         dist.barrier()
 
@@ -101,7 +102,7 @@ class CheckpointStore:
         if rank == 0:
             shutil.rmtree(temp, ignore_errors=True)  # left by a killed run
             temp.mkdir(parents=True)
-        _barrier()
+        barrier()
         model_state, optimizer_state = get_state_dict(model, optimizer, options=_options(model))
         dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=temp, no_dist=not dist.is_initialized())
         if rank == 0:
@@ -115,7 +116,7 @@ class CheckpointStore:
             replace_atomically(self.dir / LATEST, lambda p: p.write_text(json.dumps({"step": progress.step})))
             best = progress.best
             self.keep({final.name, self.path(best["step"]).name if best else final.name})
-        _barrier()  # no worker moves on before the checkpoint is complete
+        barrier()  # no worker moves on before the checkpoint is complete
 
     def keep(self, names) -> None:
         for path in self.dir.glob("*step-*"):

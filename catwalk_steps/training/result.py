@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from ..storage.hashing import sha256_of_file
 from ..storage.weights import save_state_dict
-from .checkpoints import CheckpointStore, Progress
+from .checkpoints import CheckpointStore, Progress, barrier
 
 if TYPE_CHECKING:  # a step that finds its result here imports no model code
     from ..models.rank_classification import RankClassificationModel
@@ -55,7 +55,7 @@ def write_result(
     if rank == 0:
         shutil.rmtree(temp, ignore_errors=True)
         temp.mkdir(parents=True)
-    _barrier()
+    barrier()
     if isinstance(model.lm, PeftModel) or not dist.is_initialized():
         # An adapter is small; one worker holds the whole model anyway. (safetensors' own writer
         # also writes the same bytes for the same weights: DCP's orders its header at random.)
@@ -68,7 +68,7 @@ def write_result(
         (temp / RECORD).write_text(json.dumps(record, indent=1))
         shutil.rmtree(final, ignore_errors=True)
         os.replace(temp, final)
-    _barrier()
+    barrier()
 
 
 def _write_full_weights(model: "RankClassificationModel", temp: Path, rank: int) -> Optional[Dict[str, Any]]:
@@ -86,8 +86,3 @@ def _write_full_weights(model: "RankClassificationModel", temp: Path, rank: int)
     os.replace(consolidated, temp / WEIGHTS)
     shutil.rmtree(temp / "hf")
     return {"aliases": aliases, "keys": keys, "sha256": sha256_of_file(temp / WEIGHTS)}
-
-
-def _barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()

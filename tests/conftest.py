@@ -12,6 +12,23 @@ TINY_MODEL = f"rc::{TINY / 'model'}"
 NO_DROPOUT = {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--full",
+        action="store_true",
+        help="also run the tests marked `full` (the invariance, resume, 2-node and signal matrices)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--full"):
+        return
+    skip = pytest.mark.skip(reason="a full-matrix test: run with `python -m pytest --full`")
+    for item in items:
+        if "full" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def tango_logging():
     # DDP workers send their logs to the main process over a socket that this sets up.

@@ -6,7 +6,7 @@ from .piqa import PiqaTask
 from .sciq import SciQTask
 from .siqa import SocialIQaTask
 from .superglue import BoolQTask, CopaTask
-from .instance import DataError, MCInstance, Row
+from .instance import DataError, DocumentInstance, GenerationInstance, MCInstance, Row
 from .task import MultipleChoiceTask
 from .template import TemplateTask
 from .winogrande import WinograndeTask
@@ -18,6 +18,8 @@ __all__ = [
     "CommonsenseQATask",
     "CopaTask",
     "DataError",
+    "DocumentInstance",
+    "GenerationInstance",
     "HellaSwagTask",
     "LmEvalTask",
     "MCInstance",

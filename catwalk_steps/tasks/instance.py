@@ -1,4 +1,6 @@
-"""What every task produces: :class:`MCInstance` objects, built from checked :class:`Row` fields."""
+"""What tasks produce, one kind per request type, built from checked :class:`Row` fields:
+:class:`MCInstance` (choices ranked by log-likelihood), :class:`GenerationInstance` (a prompt
+answered by greedy generation) and :class:`DocumentInstance` (a text scored whole, for perplexity)."""
 
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
@@ -46,6 +48,46 @@ class MCInstance:
     def demonstration(self) -> str:
         """The instance solved: its gold choice's context and continuation, as a few-shot example."""
         return self.prompts()[self.label] + self.continuations[self.label]
+
+
+@dataclass(frozen=True)
+class GenerationInstance:
+    """One prompt that the model answers by generating text, greedily, until one of the ``until``
+    strings or EOS or ``max_new_tokens`` tokens. ``references`` are the accepted answers; the first
+    is the one a fine-tuned model is trained to produce (followed by the tokenizer's EOS).
+    ``prompt`` is complete: description and few-shot demonstrations included."""
+
+    id: str
+    prompt: str
+    references: List[str]
+    until: Tuple[str, ...] = ()
+    max_new_tokens: int = 256
+    group: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not self.references:
+            raise ValueError(f"Instance {self.id} has no reference answer")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"Instance {self.id}: max_new_tokens must be at least 1, got {self.max_new_tokens}")
+        if any(stop == "" for stop in self.until):
+            raise ValueError(f"Instance {self.id}: an empty stop string would stop generation at once")
+
+
+@dataclass(frozen=True)
+class DocumentInstance:
+    """One document scored whole by rolling log-likelihood. ``text`` is what the model reads;
+    ``num_words`` and ``num_bytes`` are counted on the original document (before any
+    detokenisation), as lm-evaluation-harness counts them for word and byte perplexity."""
+
+    id: str
+    text: str
+    num_words: int
+    num_bytes: int
+    group: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not self.text:
+            raise ValueError(f"Document {self.id} is empty")
 
 
 class DataError(ValueError):

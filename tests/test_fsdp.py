@@ -32,7 +32,8 @@ def ddp(tmp_path_factory):
     return task, finetune(task, "ddp").result(LocalWorkspace(tmp_path_factory.mktemp("ddp")))
 
 
-@pytest.mark.parametrize("adapter", [None, {"type": "lora", "r": 4}], ids=["full", "lora"])
+@pytest.mark.parametrize("adapter", [None, pytest.param({"type": "lora", "r": 4}, marks=pytest.mark.full)],
+                         ids=["full", "lora"])
 def test_fsdp_trains_the_model_ddp_trains(ddp, tmp_path, adapter):
     task, reference = ddp
     if adapter is not None:
@@ -47,6 +48,7 @@ def test_fsdp_trains_the_model_ddp_trains(ddp, tmp_path, adapter):
     assert sharded.training_metrics["val_acc"] == reference.training_metrics["val_acc"]
 
 
+@pytest.mark.full
 @pytest.mark.parametrize(
     "first, then",
     [(("fsdp", 2), ("fsdp", 2)), (("fsdp", 2), ("ddp", 2)), (("fsdp", 2), ("ddp", 1)), (("ddp", 2), ("fsdp", 2)),

@@ -47,6 +47,7 @@ def run_config(tmp_path: Path, name: str, **settings) -> Path:
 
 @pytest.mark.e2e
 @pytest.mark.ddp
+@pytest.mark.full
 @pytest.mark.parametrize("launcher", ["join first", "slurm node script, node 0 first"])
 def test_two_nodes_train_the_model_of_one_node_with_two_workers(tmp_path, launcher):
     two_nodes = run_config(tmp_path, "nodes", nodes=2, device_count=1, device="cpu")
@@ -111,6 +112,7 @@ class KillOnce(TrainCallback):
 
 @pytest.mark.ddp
 @pytest.mark.fault
+@pytest.mark.full
 def test_a_killed_worker_is_restarted_and_resumes_to_the_uninterrupted_result(tmp_path):
     task = PiqaTask(data_files=PIQA["data_files"])
     common = dict(TRAINING, tasks=[task], device="cpu", device_count=2, step_name="finetune")

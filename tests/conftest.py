@@ -25,7 +25,7 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason="a full-matrix test: run with `python -m pytest --full`")
     for item in items:
-        if "full" in item.keywords:
+        if item.get_closest_marker("full") is not None:  # not keywords: they hold parameter ids too
             item.add_marker(skip)
 
 

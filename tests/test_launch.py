@@ -17,6 +17,7 @@ from tango.integrations.torch import TrainCallback
 from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import FinetuneStep, PiqaTask, PredictStep
+from catwalk_steps.distributed import launch as distributed_launch
 from catwalk_steps.models import loading
 
 from .conftest import REPO, TINY, TINY_MODEL
@@ -120,7 +121,10 @@ class KillOnce(TrainCallback):
 @pytest.mark.ddp
 @pytest.mark.fault
 @pytest.mark.full
-def test_a_killed_worker_is_restarted_and_resumes_to_the_uninterrupted_result(tmp_path):
+def test_a_killed_worker_is_restarted_and_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    # Spawned, as `tango run` starts them: the agent names the crashed worker by which of the
+    # workers' exits it sees first, and a fork server under load can report both exits at once.
+    monkeypatch.setattr(distributed_launch, "START_METHOD", "spawn")
     task = PiqaTask(data_files=PIQA["data_files"])
     common = dict(TRAINING, tasks=[task], device="cpu", device_count=2, step_name="finetune")
     restarted = FinetuneStep(max_restarts=1, callbacks=[Lazy(KillOnce)], **common)

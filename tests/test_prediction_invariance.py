@@ -16,6 +16,7 @@ import torch
 from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import PredictStep
+from catwalk_steps.distributed import launch as distributed_launch
 from catwalk_steps.distributed.launch import WorkerFailedError
 from catwalk_steps.steps.predict import top_two_margin
 
@@ -105,8 +106,7 @@ def _kill_worker_once_it_scored(journal, entries: int, killed: list) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if journal.exists() and len(journal.read_text().splitlines()) > entries:
-            workers = [p for p in multiprocessing.active_children()
-                       if p.name.startswith(("SpawnProcess-", "ForkServerProcess-"))]  # see conftest
+            workers = [p for p in multiprocessing.active_children() if p.name.startswith("SpawnProcess-")]
             worker = max(workers, key=lambda p: int(p.name.split("-")[1]))  # rank 1: started last
             os.kill(worker.pid, signal.SIGKILL)
             killed.append(worker.pid)
@@ -120,6 +120,9 @@ def _kill_worker_once_it_scored(journal, entries: int, killed: list) -> None:
 def test_a_killed_worker_fails_the_step_and_a_rerun_resumes_every_shard(
     one_worker, tiny_task, tmp_path, monkeypatch
 ):
+    # Spawned, as `tango run` starts them: the agent names the crashed worker by which of the
+    # workers' exits it sees first, and a fork server under load can report both exits at once.
+    monkeypatch.setattr(distributed_launch, "START_METHOD", "spawn")
     _, one = one_worker
     workspace = LocalWorkspace(tmp_path)
 

@@ -77,7 +77,7 @@ def test_checkpoints_keep_the_latest_and_the_best(tmp_path):
     assert torch.equal(model.weight, model_and_optimizer(4.0)[0].weight)
 
 
-@pytest.mark.parametrize("killed_in", ["dcp_save", "replace", "replace_atomically"])
+@pytest.mark.parametrize("killed_in", ["dcp_save", "replace", "publish_text"])
 def test_a_kill_while_checkpointing_leaves_the_previous_checkpoint_readable(tmp_path, monkeypatch, killed_in):
     import torch.distributed.checkpoint as dcp
 
@@ -88,7 +88,7 @@ def test_a_kill_while_checkpointing_leaves_the_previous_checkpoint_readable(tmp_
         raise KeyboardInterrupt
 
     target = {"dcp_save": (dcp, "save"), "replace": (os, "replace"),
-              "replace_atomically": (checkpoints_module, "replace_atomically")}[killed_in]
+              "publish_text": (checkpoints_module, "publish_text")}[killed_in]
     monkeypatch.setattr(*target, killed)
     with pytest.raises(KeyboardInterrupt):
         checkpoint(store, 4, 4.0, [])

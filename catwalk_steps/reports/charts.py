@@ -7,7 +7,7 @@ from typing import Any, Dict, List
 
 from tango.common.exceptions import ConfigurationError
 
-from ..storage.atomic import replace_atomically
+from ..storage.atomic import publish_file
 from .averages import PLAIN_METRICS
 from .tables import MetricsTable
 
@@ -67,4 +67,4 @@ def accuracy_chart(table: MetricsTable, metric: str, path: Path) -> None:
     ax.set_ylabel(metric if metric in PLAIN_METRICS else f"{metric} (± standard error)")
     ax.set_title(f"{metric} per {group_by}" if group_by else metric)
     ax.legend(title="/".join(series_by), fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    replace_atomically(path, lambda temp: fig.savefig(temp, format="png", dpi=120))
+    publish_file(path, lambda temp: fig.savefig(temp, format="png", dpi=120))

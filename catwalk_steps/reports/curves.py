@@ -5,7 +5,7 @@ result's ``training_metrics["history"]``."""
 from pathlib import Path
 from typing import Any, Dict, List, Mapping
 
-from ..storage.atomic import replace_atomically
+from ..storage.atomic import publish_file
 
 
 def has_history(training_metrics: Mapping[str, Any]) -> bool:
@@ -50,4 +50,4 @@ def training_chart(runs: Mapping[str, Mapping[str, Any]], path: Path) -> None:
         handles, labels = loss_ax.get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, fontsize=7, loc="outside right upper")
-    replace_atomically(path, lambda temp: fig.savefig(temp, format="png", dpi=120))
+    publish_file(path, lambda temp: fig.savefig(temp, format="png", dpi=120))

@@ -13,7 +13,7 @@ from ..reports.accuracy import choice_scores, rankings
 from ..reports.charts import accuracy_chart
 from ..reports.curves import has_history, training_chart
 from ..reports.tables import MetricsTable
-from ..storage.atomic import replace_atomically
+from ..storage.atomic import publish_text
 from ..tango_fixes.class_paths import keep_class_path
 
 
@@ -97,10 +97,10 @@ class ExportPredictionsStep(Step):
         for run, records in (predictions or {}).items():
             (out / "predictions").mkdir(exist_ok=True)
             lines = "".join(json.dumps(record) + "\n" for record in readable_predictions(records))
-            replace_atomically(out / "predictions" / f"{file_name(run)}.jsonl", lambda p: p.write_text(lines))
+            publish_text(out / "predictions" / f"{file_name(run)}.jsonl", lines)
         if table is not None:
-            replace_atomically(out / "metrics.csv", lambda p: p.write_text(table.to_csv()))
-            replace_atomically(out / "metrics.md", lambda p: p.write_text(table.to_markdown()))
+            publish_text(out / "metrics.csv", table.to_csv())
+            publish_text(out / "metrics.md", table.to_markdown())
         if chart is not None:
             accuracy_chart(table, chart, out / f"{chart}.png")
         if training:

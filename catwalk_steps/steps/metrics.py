@@ -13,7 +13,7 @@ from ..reports.accuracy import accuracies
 from ..reports.averages import macro_average
 from ..reports.calibration import calibration
 from ..reports.tables import MetricsTable, check_average_over
-from ..storage.atomic import AtomicJsonFormat, read_json, replace_atomically
+from ..storage.atomic import AtomicJsonFormat, read_json, publish_text
 from ..tango_fixes.class_paths import keep_class_path
 
 
@@ -71,10 +71,10 @@ class MetricsTableFormat(Format[MetricsTable]):
 
     def write(self, artifact: MetricsTable, dir: PathOrStr) -> None:
         dir = Path(dir)
-        replace_atomically(dir / "table.md", lambda p: p.write_text(artifact.to_markdown()))
-        replace_atomically(dir / "table.csv", lambda p: p.write_text(artifact.to_csv()))
+        publish_text(dir / "table.md", artifact.to_markdown())
+        publish_text(dir / "table.csv", artifact.to_csv())
         data = {"columns": artifact.columns, "rows": artifact.rows}
-        replace_atomically(dir / "table.json", lambda p: p.write_text(json.dumps(data, indent=1)))
+        publish_text(dir / "table.json", json.dumps(data, indent=1))
 
     def read(self, dir: PathOrStr) -> MetricsTable:
         data = read_json(Path(dir) / "table.json")

@@ -8,12 +8,14 @@ checkpoints before the other ranks had written theirs. Here a checkpoint is writ
 the optimizer state (under DDP the replicas' identical tensors are written once), keyed by
 parameter name, so that DCP reshards them on load for any world size and either strategy. The
 schedule, the callbacks' state and the progress are JSON. A checkpoint is written into a
-temporary directory; once every worker's shards are in (DCP's own final barrier), rank 0 renames
-it into place, only then points ``latest.json`` to it, and only then deletes older ones.
+temporary directory; once every worker's shards are in (DCP's own final barrier), rank 0
+publishes it (:func:`..storage.atomic.publish_dir`), only then points ``latest.json`` to it, and
+only then deletes older ones. A full disk fails the save with one line
+(:class:`..storage.space.DiskFullError`), and the run after space is freed resumes from the
+checkpoint before.
 """
 
 import json
-import os
 import shutil
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -23,7 +25,8 @@ from typing import Any, Dict, List, Optional
 import torch
 import torch.distributed as dist
 
-from ..storage.atomic import replace_atomically
+from ..storage.atomic import fresh_temp_dir, publish_dir, publish_text, temp_beside
+from ..storage.space import reporting_full_disk
 
 # One worker saves and loads with no process group (``no_dist``), which DCP warns about each time.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
@@ -49,12 +52,15 @@ class Progress:
         return max(self.validations, key=lambda v: (v["val_acc"], -v["val_loss"], -v["step"]))
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _bytes(state: Any) -> int:
+    """The bytes of the tensors in a (nested) state dict."""
+    if isinstance(state, torch.Tensor):
+        return state.nbytes
+    if isinstance(state, dict):
+        return sum(_bytes(value) for value in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(_bytes(value) for value in state)
+    return 0
 
 
 def _options(model: torch.nn.Module):
@@ -97,23 +103,19 @@ class CheckpointStore:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        final = self.path(progress.step)
-        temp = final.with_name("." + final.name + ".tmp")
+        final, temp = self.path(progress.step), temp_beside(self.path(progress.step))
         if rank == 0:
-            shutil.rmtree(temp, ignore_errors=True)  # left by a killed run
-            temp.mkdir(parents=True)
+            fresh_temp_dir(final)  # (what a killed run left there goes)
         barrier()
         model_state, optimizer_state = get_state_dict(model, optimizer, options=_options(model))
-        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=temp, no_dist=not dist.is_initialized())
-        if rank == 0:
+        state = {"model": model_state, "optimizer": optimizer_state}
+        with reporting_full_disk(final, needed=_bytes(state)):
+            dcp.save(state, checkpoint_id=temp, no_dist=not dist.is_initialized())
+        if rank == 0:  # every worker's shards are in (DCP's own final barrier)
             state = {"progress": asdict(progress), "training_state": training_state, "world_size": world_size}
-            (temp / STATE).write_text(json.dumps(state, indent=1))
-            for path in temp.iterdir():
-                _fsync(path)
-            shutil.rmtree(final, ignore_errors=True)  # left by a run killed before it pointed to it
-            os.replace(temp, final)
-            _fsync(self.dir)
-            replace_atomically(self.dir / LATEST, lambda p: p.write_text(json.dumps({"step": progress.step})))
+            publish_text(temp / STATE, json.dumps(state, indent=1))
+            publish_dir(final)
+            publish_text(self.dir / LATEST, json.dumps({"step": progress.step}))
             best = progress.best
             self.keep({final.name, self.path(best["step"]).name if best else final.name})
         barrier()  # no worker moves on before the checkpoint is complete

@@ -29,6 +29,7 @@ from ..training.batches import BatchPlan
 from ..training.callbacks import check_callbacks
 from ..training.checkpoints import CHECKPOINTS
 from ..training.optimizers import check_schedule, named_lazy
+from ..training.preflight import check_disk_space
 from ..training.result import RESULT, finished
 from ..training.result import WEIGHTS as RESULT_WEIGHTS
 
@@ -356,6 +357,7 @@ class FinetuneStep(Step):
             train_steps, batch_size, plan.micro_batches_per_step, micro_batch_size, nodes, "s" if nodes > 1 else "",
             device_count, devices[0].type, "s" if device_count > 1 else "", strategy,
         )
+        check_disk_space(job, device_count * nodes)  # before any model is loaded
         if self._joining is not None:  # a node other than 0: its workers only
             launch(train_worker, devices, job, nodes=self._joining.nodes, max_restarts=max_restarts)
             return None  # type: ignore[return-value]

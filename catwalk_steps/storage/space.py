@@ -40,6 +40,18 @@ def free_bytes(path: Path) -> int:
     return shutil.disk_usage(_existing(path)).free
 
 
+def disk_bytes(directory: Path) -> int:
+    """Bytes of the files under ``directory`` (none if it is missing), each file once however
+    many names it has (hard links)."""
+    seen, total = set(), 0
+    for path in Path(directory).rglob("*"):
+        stat = path.lstat()
+        if path.is_file() and stat.st_ino not in seen:
+            seen.add(stat.st_ino)
+            total += stat.st_size
+    return total
+
+
 class _OneLineError(OSError):
     """An ``OSError`` (code catching those still does) whose message is its one line, without
     the ``[Errno N]`` prefix."""
@@ -85,13 +97,19 @@ def is_disk_full(error: BaseException) -> bool:
 @contextmanager
 def reporting_full_disk(path: Path, needed: Optional[int] = None) -> Iterator[None]:
     """Turns a full disk met inside the block into a :class:`DiskFullError` for ``path`` (what
-    was being written); every other error passes unchanged."""
+    was being written, ``needed`` bytes if known); every other error passes unchanged.
+
+    torch's zip writer (under ``torch.save`` and DCP) loses the errno: a full disk there is a
+    ``RuntimeError: ... unexpected pos``. So an error raised while less than ``needed`` is free
+    is taken for a full disk too (the original stays chained to it)."""
     try:
         yield
     except DiskFullError:
         raise
     except BaseException as e:  # torch's CheckpointException is a BaseException
-        if not is_disk_full(e):
+        if isinstance(e, (KeyboardInterrupt, SystemExit)) or not (
+            is_disk_full(e) or (needed is not None and free_bytes(path) < needed)
+        ):
             raise
         raise DiskFullError(path, needed) from e
 

@@ -52,14 +52,15 @@ class Progress:
         return max(self.validations, key=lambda v: (v["val_acc"], -v["val_loss"], -v["step"]))
 
 
-def _bytes(state: Any) -> int:
-    """The bytes of the tensors in a (nested) state dict."""
+def state_bytes(state: Any) -> int:
+    """The bytes of the tensors in a (nested) state dict, each name counted (DCP writes a tied
+    weight under each of its names)."""
     if isinstance(state, torch.Tensor):
         return state.nbytes
     if isinstance(state, dict):
-        return sum(_bytes(value) for value in state.values())
+        return sum(state_bytes(value) for value in state.values())
     if isinstance(state, (list, tuple)):
-        return sum(_bytes(value) for value in state)
+        return sum(state_bytes(value) for value in state)
     return 0
 
 
@@ -69,6 +70,15 @@ def _options(model: torch.nn.Module):
 
     frozen = any(not p.requires_grad for p in model.parameters())
     return StateDictOptions(ignore_frozen_params=frozen, strict=not frozen)
+
+
+def checkpoint_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Dict[str, Any]:
+    """What a checkpoint holds: the weights that train and their optimizer state, keyed by name
+    (also of a model on the meta device: what a run will write, see :mod:`.preflight`)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer, options=_options(model))
+    return {"model": model_state, "optimizer": optimizer_state}
 
 
 def barrier() -> None:
@@ -101,15 +111,13 @@ class CheckpointStore:
         and the best one. ``training_state`` (JSON) comes from rank 0; ``world_size`` is recorded
         for people, and never read back."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict
 
         final, temp = self.path(progress.step), temp_beside(self.path(progress.step))
         if rank == 0:
             fresh_temp_dir(final)  # (what a killed run left there goes)
         barrier()
-        model_state, optimizer_state = get_state_dict(model, optimizer, options=_options(model))
-        state = {"model": model_state, "optimizer": optimizer_state}
-        with reporting_full_disk(final, needed=_bytes(state)):
+        state = checkpoint_state(model, optimizer)
+        with reporting_full_disk(final, needed=state_bytes(state)):
             dcp.save(state, checkpoint_id=temp, no_dist=not dist.is_initialized())
         if rank == 0:  # every worker's shards are in (DCP's own final barrier)
             state = {"progress": asdict(progress), "training_state": training_state, "world_size": world_size}
@@ -130,14 +138,12 @@ class CheckpointStore:
         call; each reads the shards it keeps, whatever the world size and strategy that wrote
         them); returns its JSON state (``progress``, ``training_state``)."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        options = _options(model)
-        model_state, optimizer_state = get_state_dict(model, optimizer, options=options)
-        state = {"model": model_state, "optimizer": optimizer_state}
+        state = checkpoint_state(model, optimizer)
         dcp.load(state, checkpoint_id=path, no_dist=not dist.is_initialized())
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
-                       options=options)
+                       options=_options(model))
         return json.loads((path / STATE).read_text())
 
     def load_weights(self, path: Path, model: torch.nn.Module) -> None:

@@ -20,11 +20,16 @@ FULL = {errno.ENOSPC, errno.EDQUOT}
 
 
 def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    """``n`` bytes for people: ``512 B``, ``1.5 MiB``, ``3.6 GiB``."""
+    if abs(n) < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KiB", "MiB", "GiB"):
         n /= 1024
-    raise AssertionError("unreachable")
+        if abs(n) < 1024:
+            break
+    else:
+        n, unit = n / 1024, "TiB"
+    return f"{n:.1f} {unit}"
 
 
 def _existing(path: Path) -> Path:

@@ -9,6 +9,7 @@ from . import tango_fixes  # noqa: F401  (patches Tango; must come first)
 from .models.finetuned import FinetunedModel, FinetunedModelFormat
 from .steps import (
     CalculateMetricsStep,
+    CompareStep,
     ExportPredictionsStep,
     FinetuneStep,
     PredictStep,
@@ -21,6 +22,7 @@ from .tasks import MCInstance, MultipleChoiceTask, PiqaTask
 __all__ = [
     "AtomicJsonFormat",
     "CalculateMetricsStep",
+    "CompareStep",
     "ExportPredictionsStep",
     "FinetuneStep",
     "FinetunedModel",

@@ -1,6 +1,7 @@
 """The registered Tango steps. Each is thin: it checks its settings when the step graph is built,
 then builds the work and hands it to the layers below."""
 
+from .compare import CompareStep
 from .export import ExportPredictionsStep
 from .finetune import FinetuneStep
 from .metrics import CalculateMetricsStep, PrintMetricsStep, TabulateMetricsStep
@@ -8,6 +9,7 @@ from .predict import PredictStep
 
 __all__ = [
     "CalculateMetricsStep",
+    "CompareStep",
     "ExportPredictionsStep",
     "FinetuneStep",
     "PredictStep",

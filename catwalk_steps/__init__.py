@@ -10,6 +10,7 @@ from .models.finetuned import FinetunedModel, FinetunedModelFormat
 from .steps import (
     CalculateMetricsStep,
     CompareStep,
+    ExportDiffStep,
     ExportPredictionsStep,
     FinetuneStep,
     PredictStep,
@@ -23,6 +24,7 @@ __all__ = [
     "AtomicJsonFormat",
     "CalculateMetricsStep",
     "CompareStep",
+    "ExportDiffStep",
     "ExportPredictionsStep",
     "FinetuneStep",
     "FinetunedModel",

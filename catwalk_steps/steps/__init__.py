@@ -3,6 +3,7 @@ then builds the work and hands it to the layers below."""
 
 from .compare import CompareStep
 from .export import ExportPredictionsStep
+from .export_diff import ExportDiffStep
 from .finetune import FinetuneStep
 from .metrics import CalculateMetricsStep, PrintMetricsStep, TabulateMetricsStep
 from .predict import PredictStep
@@ -10,6 +11,7 @@ from .predict import PredictStep
 __all__ = [
     "CalculateMetricsStep",
     "CompareStep",
+    "ExportDiffStep",
     "ExportPredictionsStep",
     "FinetuneStep",
     "PredictStep",

@@ -111,6 +111,36 @@ local suites = import "suites.libsonnet";
       },
     ),
 
+  // What `python -m catwalk_steps.train` builds: fine-tune `model` on every task of `tasks`
+  // ({name: task config}) at once, score the stock and the fine-tuned model on each task's
+  // `splits[name]` (default "validation"), and compare them, paired, in one table.
+  finetune_and_evaluate_tasks(model, tasks, finetune, predict={}, splits={}, output_dir=null)::
+    local names = std.objectFields(tasks);
+    local split(t) = { split: if std.objectHas(splits, t) then splits[t] else "validation" };
+    { finetune: { type: "catwalk::finetune", model: model, tasks: [tasks[t] for t in names] } + finetune }
+    + std.foldl(function(acc, t) acc
+      + $.evaluate("zero_shot_" + t, model, tasks[t], split(t) + predict)
+      + $.evaluate("finetuned_" + t, $.ref("finetune"), tasks[t], split(t) + predict), names, {})
+    + $.report(
+      { [t + "/zero-shot"]: "metrics_zero_shot_" + t for t in names }
+      + { [t + "/fine-tuned"]: "metrics_finetuned_" + t for t in names },
+      ["task", "run"],
+      output_dir=output_dir,
+      training={ "fine-tuned": "finetune" },
+      baseline="zero-shot",
+    ),
+
+  // What `python -m catwalk_steps.evaluate` builds: every model of `models` ({name: spec}) on
+  // every task of `tasks`, in one table; with `baseline` (a model's name) compared with it.
+  evaluate_tasks(models, tasks, predict={}, splits={}, output_dir=null, baseline=null)::
+    local runs = [{ model: m, task: t, step: m + "_" + t } for m in std.objectFields(models) for t in std.objectFields(tasks)];
+    std.foldl(function(acc, r) acc + $.evaluate(
+      r.step, models[r.model], tasks[r.task],
+      { split: if std.objectHas(splits, r.task) then splits[r.task] else "validation" } + predict,
+    ), runs, {})
+    + $.report({ [r.task + "/" + r.model]: "metrics_" + r.step for r in runs }, ["task", "model"],
+               output_dir=output_dir, baseline=baseline),
+
   // The cross product of `models` x `train_tasks` x `seeds` x `learning_rates` (models and
   // tasks are objects: name -> spec or task config), each fine-tuned model and each stock model
   // scored on every task of `eval_tasks`. Steps that do not depend on each other run in

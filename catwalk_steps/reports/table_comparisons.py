@@ -133,16 +133,17 @@ def _caption(
 ) -> str:
     shown = next((c for c in table.columns if c in metrics), metrics[0])
     others = [m for m in metrics if m != shown]
-    text = (
-        f"Δ {shown}: each row minus the baseline {baseline!r} on the same instances, with a 95% paired bootstrap "
-        f"interval ({RESAMPLES:,} resamples of the instances, seed {seed}). p: two-sided {TESTS[METRIC_KINDS[shown]]} "
-        f"test, Holm-corrected across the table's {count} comparisons."
-    )
+    lines = [
+        f"Δ {shown}: each row minus the baseline {baseline!r}, paired on the same instances;",
+        f"95% CI: paired bootstrap ({RESAMPLES:,} resamples of the instances, seed {seed});",
+        f"p: two-sided {TESTS[METRIC_KINDS[shown]]} test, Holm-corrected across the table's {count} comparisons.",
+    ]
     if others:
-        text += f" The CSV and JSON also compare {', '.join(others)} (each its own Holm family)."
+        lines.append(f"The CSV and JSON also compare {', '.join(others)} (each its own Holm family).")
     if replicates:
-        text += (
-            f" A mean over {replicates}s: the mean of its {replicates}s' Δ and their standard deviation "
-            f"(\"≤ seed spread\" when the Δ is no larger than it)."
+        lines.append(
+            f"A mean over {replicates}s: the mean of its {replicates}s' Δ and their standard deviation "
+            f"(\"≤ seed spread\" when the Δ is no larger)."
         )
+    text = "\n".join(lines)
     return text

@@ -102,10 +102,11 @@ class MetricsTable:
         ]
 
     def to_rich(self, title: str = "Metrics") -> Table:
-        table = Table(title=title, caption=self.caption or None)
+        table = Table(title=title, caption=self.caption or None, caption_justify="left")
         text = self.text_columns()
         for column in self.display_columns():
-            table.add_column(column, justify="left" if column in text else "right")
+            # A difference and its interval read as one: never wrapped.
+            table.add_column(column, justify="left" if column in text else "right", no_wrap=column.startswith("Δ "))
         for cells in self.cells():
             table.add_row(*cells)
         return table

@@ -104,11 +104,14 @@ class MetricsTable:
     def to_rich(self, title: str = "Metrics") -> Table:
         table = Table(title=title, caption=self.caption or None, caption_justify="left")
         text = self.text_columns()
-        for column in self.display_columns():
-            # A difference and its interval read as one: never wrapped.
-            table.add_column(column, justify="left" if column in text else "right", no_wrap=column.startswith("Δ "))
-        for cells in self.cells():
-            table.add_row(*cells)
+        cells = self.cells()
+        for n, column in enumerate(self.display_columns()):
+            if column in text:  # names stay whole: the numbers wrap first when the terminal is narrow
+                table.add_column(column, justify="left", min_width=max([len(row[n]) for row in cells] + [len(column)]))
+            else:
+                table.add_column(column, justify="right")
+        for row in cells:
+            table.add_row(*row)
         return table
 
     def to_markdown(self) -> str:

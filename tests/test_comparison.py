@@ -260,3 +260,33 @@ def test_command_line_builds_the_configs_steps(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         train.main(["--model", "rc::x", "--task", "piqa", "--task", "copa", "--data_files", "train=README.md"])
     assert "--data_files applies to a single task, but 2" in capsys.readouterr().err
+
+
+def test_a_seed_mean_is_charted_with_its_range_and_the_caption_is_kept(tmp_path):
+    from catwalk_steps.reports.charts import error_bar
+    from catwalk_steps.reports.tables import MetricsTable
+    from catwalk_steps.steps.metrics import MetricsTableFormat
+
+    mean = {"acc": 0.6, "acc_seed_min": 0.5, "acc_seed_max": 0.65, "count": 10}
+    assert error_bar(mean, "acc") == pytest.approx((0.1, 0.05))
+    assert error_bar({"acc": 0.5, "acc_stderr": 0.02}, "acc") == (0.02, 0.02)
+    table = MetricsTable(["run", "acc"], [{"run": "a", "acc": 0.5}], "p: Holm-corrected")
+    MetricsTableFormat().write(table, tmp_path)
+    assert MetricsTableFormat().read(tmp_path) == table and "p: Holm-corrected" in (tmp_path / "table.md").read_text()
+
+
+def test_evaluate_command_names_models_and_refuses_an_unknown_baseline(monkeypatch, capsys):
+    from catwalk_steps import evaluate
+    from catwalk_steps.command_line import evaluate_jsonnet
+
+    monkeypatch.chdir(REPO)
+    args = evaluate.parser().parse_args(
+        ["--model", "rc::data/tiny/model", "--model", "rc::data/tiny/model-small", "--task", "piqa", "--data_files",
+         "validation=data/tiny/validation.jsonl", "--baseline", "rc::data/tiny/model"]
+    )
+    graph = StepGraph.from_params(json.loads(evaluate_jsonnet(evaluate.build(args)))["steps"])
+    assert graph["table"].kwargs["baseline"] == "rc::data_tiny_model"
+    assert set(graph["table"].kwargs["predictions"]) == {"piqa/rc::data_tiny_model", "piqa/rc::data_tiny_model-small"}
+    with pytest.raises(SystemExit):
+        evaluate.main(["--model", "rc::a", "--task", "piqa", "--baseline", "rc::b"])
+    assert "--baseline 'rc::b' is not one of the --model values" in capsys.readouterr().err

@@ -75,7 +75,9 @@ def accuracy_chart(table: MetricsTable, metric: str, path: Path) -> None:
         ax.bar_label(bars, fmt="%.2f", label_type="center", rotation=90, fontsize=7, color="white")
     ax.set_xticks(range(len(groups)), groups)
     ax.set_ylim(0, 1.1)
-    ax.set_ylabel(metric if metric in PLAIN_METRICS else f"{metric} (± standard error; seed means: min–max)")
+    whiskers = [] if metric in PLAIN_METRICS else ["± standard error"]
+    whiskers += ["seed means: min–max"] if any(f"{metric}_seed_min" in row for row in rows) else []
+    ax.set_ylabel(f"{metric} ({'; '.join(whiskers)})" if whiskers else metric)
     ax.set_title(f"{metric} per {group_by}" if group_by else metric)
     ax.legend(title="/".join(series_by), fontsize=7, title_fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     replace_atomically(path, lambda temp: fig.savefig(temp, format="png", dpi=120))

@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
-from scipy import stats
 
 BINARY = "binary"
 CONTINUOUS = "continuous"
@@ -74,6 +73,9 @@ def mcnemar(baseline: np.ndarray, candidate: np.ndarray) -> tuple:
     baseline, candidate = np.asarray(baseline, dtype=bool), np.asarray(candidate, dtype=bool)
     wins = int(np.sum(candidate & ~baseline))
     losses = int(np.sum(baseline & ~candidate))
+    # Imported here: a cached rerun, which compares nothing, does not pay for scipy.stats.
+    from scipy import stats
+
     # binomtest needs at least one trial; with no discordant pair there is no evidence either way.
     p = stats.binomtest(wins, wins + losses, 0.5).pvalue if wins + losses else 1.0
     return wins, losses, float(p)

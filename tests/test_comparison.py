@@ -290,3 +290,27 @@ def test_evaluate_command_names_models_and_refuses_an_unknown_baseline(monkeypat
     with pytest.raises(SystemExit):
         evaluate.main(["--model", "rc::a", "--task", "piqa", "--baseline", "rc::b"])
     assert "--baseline 'rc::b' is not one of the --model values" in capsys.readouterr().err
+
+
+def test_two_settings_with_several_seeds_are_compared_seed_by_seed_beside_their_spread():
+    from catwalk_steps.reports.accuracy import accuracies
+
+    runs = {
+        f"piqa/{lr}/{seed}": records(pattern, seed=seed)
+        for lr, patterns in {"0.001": [[1, 0, 1, 0] * 8, [1, 1, 0, 0] * 8], "0.01": [[1, 1, 1, 0] * 8, [1, 0, 0, 0] * 8]}.items()
+        for seed, pattern in zip((1, 2), patterns)
+    }
+    step = TabulateMetricsStep(
+        metrics={name: accuracies(r) for name, r in runs.items()}, predictions=runs, step_name="t",
+        key_columns=["task", "lr", "seed"], replicates="seed", baseline="0.001",
+    )
+    table = step.run(**step.kwargs)
+    rows = {(row["lr"], row["seed"]): row for row in table.rows}
+    for seed in ("1", "2"):  # seed s of one setting against seed s of the other: the same data order
+        expected = compare_predictions(runs[f"piqa/0.001/{seed}"], runs[f"piqa/0.01/{seed}"])["metrics"]["acc"]
+        assert rows[("0.01", seed)]["delta_acc"] == pytest.approx(expected["delta"])
+    deltas = [rows[("0.01", s)]["delta_acc"] for s in ("1", "2")]  # +0.25 and -0.25
+    mean = rows[("0.01", "mean")]
+    assert mean["delta_acc"] == pytest.approx(0.0) and mean["seed_sd_of_delta_acc"] == pytest.approx(np.std(deltas, ddof=1))
+    assert "≤ seed spread" in table.to_markdown()  # a mean difference within the seeds' spread says so
+    assert "delta_acc" not in rows[("0.001", "1")]

@@ -144,14 +144,13 @@ def compare_values(
     metric: str,
     baseline: Sequence[float],
     candidate: Sequence[float],
-    kind: Optional[str] = None,
     confidence: float = CONFIDENCE,
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> Comparison:
-    """Compares per-instance values of ``metric`` (same instances, same order); ``kind`` is
-    :data:`METRIC_KINDS`'s unless given."""
-    kind = kind or METRIC_KINDS.get(metric)
+    """Compares per-instance values of ``metric`` (same instances, same order), tested as
+    :data:`METRIC_KINDS` says its kind is."""
+    kind = METRIC_KINDS.get(metric)
     if kind not in TESTS:
         raise ValueError(f"Cannot compare {metric!r}: unknown kind {kind!r} (known metrics: {', '.join(METRIC_KINDS)})")
     b, c = np.asarray(baseline, dtype=np.float64), np.asarray(candidate, dtype=np.float64)

@@ -78,7 +78,7 @@ def compare_predictions(
         "resamples": resamples,
         "seed": seed,
         "metrics": {
-            name: compare_values(name, b_values[name], c_values[name], None, confidence, resamples, seed).to_dict()
+            name: compare_values(name, b_values[name], c_values[name], confidence, resamples, seed).to_dict()
             for name in shared
         },
     }

@@ -149,8 +149,8 @@ local suites = import "suites.libsonnet";
   // `predict` holds catwalk::predict's other settings. With an `optimizer` in `finetune`, each
   // learning rate goes into it as `lr` (else into `learning_rate`, the default optimizer's).
   // `seed_spread: true` (several seeds) adds each setting's mean, sd, min and max over its seeds;
-  // `baseline` (e.g. "tiny/zero-shot/-/-": model/finetuned_on/lr, or with the seed column
-  // dropped under seed_spread) compares every row with it, as in `report`.
+  // `baseline` (a row without its task: "tiny/zero-shot/-/-", model/finetuned_on/seed/lr; under
+  // seed_spread without its seed too: "tiny/zero-shot/-") compares every row with it, as in `report`.
   sweep(models, train_tasks, eval_tasks, seeds, learning_rates, finetune, output_dir=null, chart="acc", predict={},
         seed_spread=false, baseline=null)::
     local grid = [

@@ -9,6 +9,8 @@ from . import tango_fixes  # noqa: F401  (patches Tango; must come first)
 from .models.finetuned import FinetunedModel, FinetunedModelFormat
 from .steps import (
     CalculateMetricsStep,
+    CompareStep,
+    ExportDiffStep,
     ExportPredictionsStep,
     FinetuneStep,
     PredictStep,
@@ -21,6 +23,8 @@ from .tasks import MCInstance, MultipleChoiceTask, PiqaTask
 __all__ = [
     "AtomicJsonFormat",
     "CalculateMetricsStep",
+    "CompareStep",
+    "ExportDiffStep",
     "ExportPredictionsStep",
     "FinetuneStep",
     "FinetunedModel",

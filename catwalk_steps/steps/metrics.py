@@ -6,12 +6,15 @@ from typing import Any, Dict, List, Optional
 
 from tango import Step
 from tango.common.aliases import PathOrStr
+from tango.common.exceptions import ConfigurationError
 from tango.common.logging import cli_logger
 from tango.format import Format
 
 from ..reports.accuracy import accuracies
 from ..reports.averages import macro_average
 from ..reports.calibration import calibration
+from ..reports.replicates import add_replicate_rows, check_replicates
+from ..reports.table_comparisons import add_comparisons, check_baseline
 from ..reports.tables import MetricsTable, check_average_over
 from ..storage.atomic import AtomicJsonFormat, read_json, publish_text
 from ..tango_fixes.class_paths import keep_class_path
@@ -74,11 +77,13 @@ class MetricsTableFormat(Format[MetricsTable]):
         publish_text(dir / "table.md", artifact.to_markdown())
         publish_text(dir / "table.csv", artifact.to_csv())
         data = {"columns": artifact.columns, "rows": artifact.rows}
+        if artifact.caption:
+            data["caption"] = artifact.caption
         publish_text(dir / "table.json", json.dumps(data, indent=1))
 
     def read(self, dir: PathOrStr) -> MetricsTable:
         data = read_json(Path(dir) / "table.json")
-        return MetricsTable(data["columns"], data["rows"])
+        return MetricsTable(data["columns"], data["rows"], data.get("caption", ""))
 
 
 @Step.register("catwalk::tabulate_metrics")
@@ -87,14 +92,31 @@ class TabulateMetricsStep(Step):
     """Gathers many metric results, keyed by names like ``task/model/seed``, into one table,
     cached as Markdown, CSV and JSON. ``key_columns`` names the parts of those keys;
     ``average_over`` (e.g. ``"task"``) adds a macro-average row for each combination of the
-    other key columns."""
+    other key columns; ``replicates`` (e.g. ``"seed"``) a row of the mean, standard deviation,
+    min and max over it for each setting run several times (:mod:`..reports.replicates`);
+    ``baseline`` with ``predictions`` paired comparisons with a baseline row
+    (:mod:`..reports.table_comparisons`)."""
 
     VERSION = "cw2"  # cw2: standard-error columns, macro averages
     FORMAT = MetricsTableFormat()
+    # Tables without comparisons or replicates keep the keys they had before these existed.
+    SKIP_DEFAULT_ARGUMENTS = {"baseline": None, "predictions": None, "replicates": None}
 
     @classmethod
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
-        check_average_over(kwargs.get("key_columns") or ["run"], kwargs.get("average_over"))
+        """Settings are checked when the step graph is built, before any step of a run starts."""
+        key_columns = kwargs.get("key_columns") or ["run"]
+        check_average_over(key_columns, kwargs.get("average_over"))
+        names = list(kwargs.get("metrics") or {})
+        if kwargs.get("replicates") is not None:
+            check_replicates(names, key_columns, kwargs["replicates"])
+        if kwargs.get("baseline") is not None:
+            check_baseline(names, key_columns, kwargs["baseline"], kwargs.get("replicates"))
+            missing = [name for name in names if name not in (kwargs.get("predictions") or {})]
+            if missing:
+                raise ConfigurationError(
+                    f"baseline needs the predictions of every row of the table; missing: {', '.join(missing)}"
+                )
         return kwargs
 
     def run(  # type: ignore[override]
@@ -102,8 +124,23 @@ class TabulateMetricsStep(Step):
         metrics: Dict[str, Dict[str, Any]],
         key_columns: Optional[List[str]] = None,
         average_over: Optional[str] = None,
+        replicates: Optional[str] = None,
+        baseline: Optional[str] = None,
+        predictions: Optional[Dict[str, List[Dict[str, Any]]]] = None,
     ) -> MetricsTable:
-        return MetricsTable.from_results(metrics, key_columns or ["run"], average_over)
+        """
+        :param replicates: a key column (``"seed"``) whose values are replicates of one setting.
+        :param baseline: a row name without its ``task`` and ``replicates`` parts, e.g.
+            ``"tiny/zero-shot/-/-"``; every other row of the same task is compared with it.
+        :param predictions: each row's ``catwalk::predict`` result, by row name (for ``baseline``).
+        """
+        key_columns = key_columns or ["run"]
+        table = MetricsTable.from_results(metrics, key_columns, average_over)
+        if replicates is not None:
+            table = add_replicate_rows(table, key_columns, replicates)
+        if baseline is not None:
+            table = add_comparisons(table, key_columns, predictions or {}, baseline, replicates)
+        return table
 
 
 @Step.register("catwalk::print_metrics")

@@ -42,7 +42,7 @@ def records(path: Path) -> List[Any]:
 
 @dataclass
 class OfflineRun:
-    """One offline run directory's ``.wandb`` file, decoded."""
+    """One offline run's ``.wandb`` file, decoded."""
 
     run_id: str = ""
     project: str = ""
@@ -55,8 +55,7 @@ class OfflineRun:
     exit_code: int = -1
 
     @classmethod
-    def read(cls, directory: Path) -> "OfflineRun":
-        (path,) = directory.glob("run-*.wandb")
+    def read(cls, path: Path) -> "OfflineRun":
         run = cls()
         for record in records(path):
             kind = record.WhichOneof("record_type")
@@ -81,5 +80,5 @@ class OfflineRun:
 
 
 def offline_runs(wandb_dir: Path) -> List[OfflineRun]:
-    """Every offline run under ``wandb_dir``, oldest first."""
-    return [OfflineRun.read(d) for d in sorted(wandb_dir.glob("**/offline-run-*"))]
+    """Every offline run under ``wandb_dir`` (``offline-run-<time>-<id>/run-<id>.wandb``), oldest first."""
+    return [OfflineRun.read(path) for path in sorted(wandb_dir.glob("**/offline-run-*/run-*.wandb"))]

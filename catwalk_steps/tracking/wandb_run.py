@@ -138,7 +138,7 @@ class WandbRun:
             self._fall_back_offline(f"the run failed ({type(e).__name__}: {e})")
             self._call(action)
 
-    def log(self, values: Dict[str, Any], step: int) -> None:
+    def log(self, values: Dict[str, Any], step: Optional[int] = None) -> None:
         self._call(lambda run: run.log(values, step=step))
 
     def summarize(self, values: Dict[str, Any]) -> None:

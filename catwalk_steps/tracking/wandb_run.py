@@ -17,12 +17,16 @@ process's exit too), and a crashed ``wandb-core`` service makes every later call
 import logging
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 from .settings import RunIdentity, WandbSettings
 
 logger = logging.getLogger(__name__)
+
+# wandb 0.26's error reporting reads a setting that wandb itself deprecated, warning on every run.
+warnings.filterwarnings("ignore", message="Read the `app_url` setting", category=DeprecationWarning)
 
 #: Seconds a run may spend waiting for W&B in all (the server's first answer, ``init``).
 WAIT_BUDGET = 30.0

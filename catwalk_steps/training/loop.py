@@ -11,8 +11,8 @@ What makes its result independent of how it was computed:
   on any number of devices, under either strategy;
 - the result is the best validation's weights, written without gathering them (:mod:`.result`);
 - the optimizer and schedule are built per worker (:mod:`.optimizers`); callbacks observe only
-  (:mod:`.callbacks`), and so do the trackers (W&B, TensorBoard: :mod:`.tracking`); early stopping (``patience``) is recorded in the checkpoint, so a stopped
-  run resumes as stopped.
+  (:mod:`.callbacks`), and so do the trackers (W&B, TensorBoard: :mod:`.tracking`); early
+  stopping (``patience``) is recorded in the checkpoint, so a stopped run resumes as stopped.
 """
 
 import logging
@@ -30,12 +30,12 @@ from tango.workspace import Workspace
 from ..models.adapters import Adapter
 from ..models.loading import ModelSpec
 from ..models.rank_classification import RankClassificationCollator, RankClassificationModel
+from ..tracking.settings import Tracking
 from .batches import BatchPlan
 from .callbacks import Callbacks, EngineView, build_callbacks, should_stop
 from .checkpoints import CHECKPOINTS, CheckpointStore, Progress
 from .optimizers import build_optimizer, build_schedule
 from .result import write_result
-from ..tracking.settings import Tracking
 from .seeds import derive_seed
 from .strategies import distribute, gradient_sync, sharded_model
 from .tracking import TrainingTracker, clip_gradients

@@ -156,6 +156,33 @@ def test_an_unreachable_server_costs_a_warning_and_the_run_goes_offline(tracked,
     assert run.series("train/loss") == result.training_metrics["history"]["loss"]
 
 
+def test_not_logged_in_costs_a_warning_and_the_run_goes_offline(tmp_path, monkeypatch, caplog):
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # answers 501
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc, no saved login
+    monkeypatch.setenv("NETRC", str(tmp_path / "home" / ".netrc"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "home" / "wandb"))
+    run = WandbRun(WandbSettings("catwalk-test"), RunIdentity("no-login", "no-login", tmp_path, {}))
+    try:
+        with caplog.at_level(logging.WARNING, logger="catwalk_steps"):
+            run.open()
+            run.log({"x": 1.0}, step=1)
+            run.finish()
+    finally:
+        server.shutdown()
+    (warning,) = [r.getMessage() for r in caplog.records if r.name.startswith("catwalk_steps")]
+    closed_wandb()
+    assert warning.startswith("W&B: could not start the run") and "logging offline" in warning
+    (logged,) = offline_runs(tmp_path / "wandb")
+    assert logged.run_id == "no-login" and logged.series("x") == [[1, 1.0]]
+
+
 def test_a_crashed_wandb_service_reopens_the_run_offline(tmp_path, monkeypatch, caplog):
     offline_environment(monkeypatch)
     identity = RunIdentity("crash-test", "crash", tmp_path, {"lr": 0.1})

@@ -130,7 +130,7 @@ class ExportPredictionsStep(Step):
         if wandb_project is not None:
             from ..tracking.results import publish_results  # wandb: only when asked for
 
-            settings = wandb_settings(wandb_project, wandb_entity, wandb_group, wandb_tags, wandb_name)
+            settings = wandb_settings(wandb_project, wandb_entity, wandb_group, wandb_tags)
             publish_results(settings, run_identity(self, out, wandb_name), table, charts)
         self.logger.info("Results written to %s", out)
         return str(out)

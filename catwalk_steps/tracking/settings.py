@@ -21,13 +21,13 @@ TRACKING_ARGUMENTS = WANDB_ARGUMENTS + ("tensorboard_dir",)
 
 @dataclass(frozen=True)
 class WandbSettings:
-    """Where a W&B run goes: ``wandb.init``'s project, entity, group, tags and display name."""
+    """Where a W&B run goes: ``wandb.init``'s project, entity, group and tags (its name and id
+    are the run's :class:`RunIdentity`)."""
 
     project: str
     entity: Optional[str] = None
     group: Optional[str] = None
     tags: Tuple[str, ...] = ()
-    name: Optional[str] = None
 
 
 @dataclass
@@ -72,9 +72,9 @@ def check_tracking(kwargs: Dict[str, Any]) -> None:
 
 
 def wandb_settings(
-    project: Optional[str], entity: Optional[str], group: Optional[str], tags: Optional[List[str]], name: Optional[str],
+    project: Optional[str], entity: Optional[str], group: Optional[str], tags: Optional[List[str]],
 ) -> Optional[WandbSettings]:
-    return None if project is None else WandbSettings(project, entity, group, tuple(tags or ()), name)
+    return None if project is None else WandbSettings(project, entity, group, tuple(tags or ()))
 
 
 def tracking_of(
@@ -84,7 +84,7 @@ def tracking_of(
 ) -> Optional[Tracking]:
     """The trackers a step's settings ask for, or None. A relative ``tensorboard_dir`` is
     relative to where ``tango run`` runs; the run writes into ``<step name>-<id>`` inside it."""
-    wandb = wandb_settings(wandb_project, wandb_entity, wandb_group, wandb_tags, wandb_name)
+    wandb = wandb_settings(wandb_project, wandb_entity, wandb_group, wandb_tags)
     if wandb is None and tensorboard_dir is None:
         return None
     identity = run_identity(step, work_dir, wandb_name)

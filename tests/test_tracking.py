@@ -19,7 +19,7 @@ from tango.common.lazy import Lazy
 from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import ExportPredictionsStep, FinetuneStep
-from catwalk_steps.tracking.settings import RunIdentity, WandbSettings
+from catwalk_steps.tracking.settings import RunIdentity, Tracking, WandbSettings
 from catwalk_steps.tracking.wandb_run import WandbRun
 
 from .conftest import NO_DROPOUT, TINY_MODEL
@@ -181,6 +181,17 @@ def test_not_logged_in_costs_a_warning_and_the_run_goes_offline(tmp_path, monkey
     assert warning.startswith("W&B: could not start the run") and "logging offline" in warning
     (logged,) = offline_runs(tmp_path / "wandb")
     assert logged.run_id == "no-login" and logged.series("x") == [[1, 1.0]]
+
+
+def test_an_unwritable_tensorboard_dir_costs_a_warning(tmp_path, caplog):
+    from catwalk_steps.training.tracking import TrainingTracker
+
+    (tmp_path / "file").write_text("")
+    tracking = Tracking(RunIdentity("x", "x", tmp_path), tensorboard_dir=tmp_path / "file" / "runs")
+    tracker = TrainingTracker(tracking, 0, job=None, world_size=1, device=torch.device("cpu"))
+    with caplog.at_level(logging.WARNING, logger="catwalk_steps"):
+        tracker.start(0)
+    assert not tracker.trackers and "not logging to TensorBoard" in caplog.text
 
 
 def test_a_crashed_wandb_service_reopens_the_run_offline(tmp_path, monkeypatch, caplog):

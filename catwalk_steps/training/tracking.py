@@ -19,6 +19,7 @@ without trackers, report nothing. A tracker's failure never fails training
 (:mod:`catwalk_steps.tracking.wandb_run`).
 """
 
+import logging
 import math
 import resource
 import time
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from .loop import TrainingJob
 
 GIB = 2 ** 30
+logger = logging.getLogger(__name__)
 
 
 def clip_gradients(parameters: List[torch.Tensor], max_norm: Optional[float], measure: bool) -> Optional[torch.Tensor]:
@@ -88,7 +90,11 @@ class TrainingTracker:
         if self.tracking.tensorboard_dir is not None:
             from ..tracking.tensorboard import TensorBoardRun
 
-            self.trackers.append(TensorBoardRun(self.tracking.tensorboard_dir, resumed_at=step))
+            try:
+                self.trackers.append(TensorBoardRun(self.tracking.tensorboard_dir, resumed_at=step))
+            except OSError as e:  # an unwritable folder: training goes on without it
+                logger.warning("TensorBoard: cannot write to %s (%s); not logging to TensorBoard",
+                               self.tracking.tensorboard_dir, e)
         self.last_step, self.since = step, time.perf_counter()
 
     def _log(self, values: Dict[str, Any], step: int) -> None:

@@ -15,6 +15,7 @@ from ..reports.curves import has_history, training_chart
 from ..reports.tables import MetricsTable
 from ..storage.atomic import publish_text
 from ..tango_fixes.class_paths import keep_class_path
+from ..tracking.settings import WANDB_ARGUMENTS, check_tracking, run_identity, wandb_settings
 
 
 def file_name(run: str) -> str:
@@ -54,13 +55,16 @@ class ExportPredictionsStep(Step):
     - ``<chart>.png`` with ``chart`` set to a metric of the table (e.g. ``"acc"``): that metric
       per row, with standard-error bars;
     - ``training.png`` with ``training`` (run name -> a ``catwalk::finetune`` step): the training
-      loss and the validation accuracy against the step, one line per fine-tuned model.
+      loss and the validation accuracy against the step, one line per fine-tuned model;
+    - with ``wandb_project``, the table and the charts also go to a W&B run
+      (:mod:`catwalk_steps.tracking.results`; W&B's local files in ``wandb/`` there).
 
     Not cached: writing is cheap, and a deleted or edited file comes back on the next run.
     """
 
     CACHEABLE = False
-    SKIP_DEFAULT_ARGUMENTS = {"training": None}  # the key of an export without curves is unchanged
+    # The key of an export without curves or W&B is unchanged.
+    SKIP_DEFAULT_ARGUMENTS = {"training": None, **{name: None for name in WANDB_ARGUMENTS}}
 
     @classmethod
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -73,6 +77,7 @@ class ExportPredictionsStep(Step):
                 raise ConfigurationError(f"Runs {clash!r} and {run!r} would both be written to {file_name(run)}.jsonl")
         if kwargs.get("chart") is not None and kwargs.get("table") is None:
             raise ConfigurationError("chart needs a table to draw from")
+        check_tracking(kwargs)
         return kwargs
 
     def run(  # type: ignore[override]
@@ -82,6 +87,11 @@ class ExportPredictionsStep(Step):
         table: Optional[MetricsTable] = None,
         chart: Optional[str] = None,
         training: Optional[Dict[str, Any]] = None,
+        wandb_project: Optional[str] = None,
+        wandb_entity: Optional[str] = None,
+        wandb_group: Optional[str] = None,
+        wandb_tags: Optional[List[str]] = None,
+        wandb_name: Optional[str] = None,
     ) -> str:
         """
         :param output_dir: where the files go; created if missing.
@@ -90,6 +100,13 @@ class ExportPredictionsStep(Step):
         :param chart: a metric of ``table`` to draw, e.g. ``"acc"``.
         :param training: fine-tuned models (results of ``catwalk::finetune``) by run name, whose
             training curves to draw into ``training.png``.
+        :param wandb_project: also send the table and the charts to this W&B project (needs the
+            ``wandb`` extra); the run id is derived from this step's and ``output_dir``, so a
+            rerun updates the same W&B run.
+        :param wandb_entity: the W&B team or user (default: yours).
+        :param wandb_group: the W&B group, e.g. the fine-tunes' group.
+        :param wandb_tags: W&B tags of the run.
+        :param wandb_name: the W&B run's display name (default: the step's name).
         :returns: the directory written, as an absolute path.
         """
         out = Path(output_dir).resolve()
@@ -101,11 +118,19 @@ class ExportPredictionsStep(Step):
         if table is not None:
             publish_text(out / "metrics.csv", table.to_csv())
             publish_text(out / "metrics.md", table.to_markdown())
+        charts = []
         if chart is not None:
-            accuracy_chart(table, chart, out / f"{chart}.png")
+            charts.append(out / f"{chart}.png")
+            accuracy_chart(table, chart, charts[-1])
         if training:
             curves = {run: getattr(model, "training_metrics", model) for run, model in training.items()}
             if any(has_history(metrics) for metrics in curves.values()):
-                training_chart(curves, out / "training.png")
+                charts.append(out / "training.png")
+                training_chart(curves, charts[-1])
+        if wandb_project is not None:
+            from ..tracking.results import publish_results  # wandb: only when asked for
+
+            settings = wandb_settings(wandb_project, wandb_entity, wandb_group, wandb_tags)
+            publish_results(settings, run_identity(self, out, wandb_name), table, charts)
         self.logger.info("Results written to %s", out)
         return str(out)

@@ -25,6 +25,7 @@ from ..models.loading import ModelSpec, with_model_names, context_window
 from ..models.scoring import encode_pair
 from ..tasks import MCInstance, MultipleChoiceTask
 from ..tango_fixes.class_paths import keep_class_path
+from ..tracking.settings import TRACKING_ARGUMENTS, check_tracking, tracking_of
 from ..training.batches import BatchPlan
 from ..training.callbacks import check_callbacks
 from ..training.checkpoints import CHECKPOINTS
@@ -124,7 +125,7 @@ class FinetuneStep(Step):
     FORMAT = FinetunedModelFormat()
     SKIP_ID_ARGUMENTS = {
         "device_count", "nodes", "max_restarts", "device", "strategy", "distributed_port", "log_every", "callbacks",
-        "keep_checkpoints",
+        "keep_checkpoints", *TRACKING_ARGUMENTS,
     }
     # New settings left at their defaults (today's training) keep existing keys.
     SKIP_DEFAULT_ARGUMENTS = {
@@ -166,6 +167,7 @@ class FinetuneStep(Step):
             if kwargs.get("validation_split", "validation") is None:
                 raise ConfigurationError("patience needs a validation_split to watch")
         check_callbacks(kwargs.get("callbacks"))
+        check_tracking(kwargs)
         device_count = kwargs.get("device_count", 1)
         check_device_setting(kwargs.get("device", "auto"), device_count)
         if kwargs.get("max_restarts", 0) < 0:
@@ -221,6 +223,12 @@ class FinetuneStep(Step):
         log_every: int = 10,
         callbacks: Optional[List[Lazy[TrainCallback]]] = None,
         keep_checkpoints: bool = False,
+        wandb_project: Optional[str] = None,
+        wandb_entity: Optional[str] = None,
+        wandb_group: Optional[str] = None,
+        wandb_tags: Optional[List[str]] = None,
+        wandb_name: Optional[str] = None,
+        tensorboard_dir: Optional[str] = None,
     ) -> FinetunedModel:
         """
         :param model: ``rc::<hub name or local directory>`` of the model to start from.
@@ -292,6 +300,17 @@ class FinetuneStep(Step):
         :param keep_checkpoints: keep the checkpoints (the latest and the best: sharded weights and
             optimizer state, for continuing training) once the result is cached; by default they
             are deleted then, and the cache entry holds the result alone. Not in the cache key.
+        :param wandb_project: log the run to this W&B project (needs the ``wandb`` extra): the
+            config, the training loss, learning rate, gradient norm, throughput and peak memory
+            every ``log_every`` steps, every validation, the best one in the summary. One W&B run
+            per step (global rank 0 logs), continued when the step resumes; offline when the
+            server cannot be had (see :mod:`catwalk_steps.training.tracking`). Not in the cache key.
+        :param wandb_entity: the W&B team or user (default: yours).
+        :param wandb_group: the W&B group, e.g. a sweep's name.
+        :param wandb_tags: W&B tags of the run.
+        :param wandb_name: the W&B run's display name (default: the step's name).
+        :param tensorboard_dir: also write the same numbers as TensorBoard event files into
+            ``<tensorboard_dir>/<step name>-<id>``. Not in the cache key.
         """
         from ..training.loop import TrainingJob, train_worker  # transformers, peft: only when training
 
@@ -351,6 +370,9 @@ class FinetuneStep(Step):
             workspace=workspace,
             step_id=self.unique_id,
             step_name=self.name,
+            tracking=tracking_of(self, work_dir, wandb_project=wandb_project, wandb_entity=wandb_entity,
+                                 wandb_group=wandb_group, wandb_tags=wandb_tags, wandb_name=wandb_name,
+                                 tensorboard_dir=tensorboard_dir),
         )
         self.logger.info(
             "Training for %d steps of %d instances (%d micro-batches of %d) on %d node%s of %d %s worker%s (%s)",

@@ -11,8 +11,8 @@ What makes its result independent of how it was computed:
   on any number of devices, under either strategy;
 - the result is the best validation's weights, written without gathering them (:mod:`.result`);
 - the optimizer and schedule are built per worker (:mod:`.optimizers`); callbacks observe only
-  (:mod:`.callbacks`); early stopping (``patience``) is recorded in the checkpoint, so a stopped
-  run resumes as stopped.
+  (:mod:`.callbacks`), and so do the trackers (W&B, TensorBoard: :mod:`.tracking`); early
+  stopping (``patience``) is recorded in the checkpoint, so a stopped run resumes as stopped.
 """
 
 import logging
@@ -30,6 +30,7 @@ from tango.workspace import Workspace
 from ..models.adapters import Adapter
 from ..models.loading import ModelSpec
 from ..models.rank_classification import RankClassificationCollator, RankClassificationModel
+from ..tracking.settings import Tracking
 from .batches import BatchPlan
 from .callbacks import Callbacks, EngineView, build_callbacks, should_stop
 from .checkpoints import CHECKPOINTS, CheckpointStore, Progress
@@ -37,6 +38,7 @@ from .optimizers import build_optimizer, build_schedule
 from .result import write_result
 from .seeds import derive_seed
 from .strategies import distribute, gradient_sync, sharded_model
+from .tracking import TrainingTracker, clip_gradients
 
 Example = Dict[str, Any]
 logger = logging.getLogger(__name__)
@@ -75,6 +77,7 @@ class TrainingJob:
     lr_scheduler: Optional[Lazy] = None
     decay_biases_and_norms: bool = False
     patience: Optional[int] = None
+    tracking: Optional[Tracking] = None  # W&B / TensorBoard, reported by rank 0 (see .tracking)
 
     @property
     def checkpoints(self) -> CheckpointStore:
@@ -125,6 +128,11 @@ def validate(
 
 
 def train_worker(rank: int, world_size: int, device: torch.device, job: TrainingJob) -> None:
+    with TrainingTracker(job.tracking, rank, job, world_size, device) as tracker:
+        _train(rank, world_size, device, job, tracker)
+
+
+def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, tracker: TrainingTracker) -> None:
     torch.manual_seed(derive_seed(job.plan.seed, "init"))  # for any freshly initialised weights
     model = sharded_model(job, world_size, device)  # FSDP: each worker reads its shards alone
     if model is None:
@@ -152,6 +160,7 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
     stopped_at = training_state.get("stopped_at")  # a stopped run resumes as stopped
     end = job.train_steps if stopped_at is None else progress.step
 
+    tracker.start(progress.step)
     callbacks.pre_train_loop()
     start, shown = progress.step, {}
     desc = f"Training (resumed from step {start})" if start else "Training"
@@ -184,8 +193,8 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
                 outputs.append({k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in output.items()})
         if callbacks:  # this worker's loss, before the optimizer step, as Tango's loop
             callbacks.post_batch(step, epoch, batch_loss.item(), outputs)
-        if job.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(trainable, job.max_grad_norm)
+        grad_norm = clip_gradients(trainable, job.max_grad_norm, measure=tracker.measures_gradients)
+        lr = optimizer.param_groups[0]["lr"]  # this step's, for the trackers
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
@@ -197,6 +206,7 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
             loss_value = _sum_over_workers(batch_loss).item() / world_size
             if progress.step % job.log_every == 0:
                 losses.append([progress.step, loss_value])
+                tracker.log_training(progress.step, loss_value, lr, grad_norm)
             callbacks.log_batch(step, epoch, loss_value, outputs)
             shown["loss"] = f"{loss_value:.4f}"
             bar.set_postfix(shown)
@@ -219,6 +229,7 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
                 **({"stopped_at": stopped_at} if stopped_at is not None else {}),
             }
             job.checkpoints.save(model, optimizer, training_state, progress, rank, world_size)  # every rank
+            tracker.log_checkpoint(progress)
             if stopped_at is not None:
                 if rank == 0:
                     logger.info("Stopping early at step %d: %d validations without a better accuracy",

@@ -23,7 +23,7 @@ from ..models.adapters import Adapter, peft_config
 from ..models.finetuned import FinetunedModel, FinetunedModelFormat
 from ..models.loading import ModelSpec, with_model_names, context_window
 from ..models.scoring import encode_pair
-from ..tasks import MCInstance, MultipleChoiceTask
+from ..tasks import MCInstance, Task
 from ..tango_fixes.class_paths import keep_class_path
 from ..training.batches import BatchPlan
 from ..training.callbacks import check_callbacks
@@ -186,7 +186,7 @@ class FinetuneStep(Step):
     def run(  # type: ignore[override]
         self,
         model: str,
-        tasks: List[MultipleChoiceTask],
+        tasks: List[Task],
         *,
         tokenizer: Optional[str] = None,
         config_overrides: Optional[Dict[str, Any]] = None,

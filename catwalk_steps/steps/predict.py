@@ -18,7 +18,7 @@ from ..prediction.workers import ScoringJob, score_on_workers, strided_shards
 from ..storage.atomic import AtomicJsonFormat
 from ..storage.hashing import fingerprint
 from ..tango_fixes.class_paths import keep_class_path
-from ..tasks import MultipleChoiceTask
+from ..tasks import Task
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -79,7 +79,7 @@ class PredictStep(Step):
     def run(  # type: ignore[override]
         self,
         model: Union[str, FinetunedModel],
-        task: MultipleChoiceTask,
+        task: Task,
         *,
         split: str = "validation",
         limit: Optional[int] = None,

@@ -1,3 +1,4 @@
+from .base import Task
 from .arc import ArcChallengeTask, ArcEasyTask, CommonsenseQATask, OpenBookQATask
 from .hellaswag import HellaSwagTask
 from .lm_eval_bridge import LmEvalTask
@@ -30,6 +31,7 @@ __all__ = [
     "Row",
     "SciQTask",
     "SocialIQaTask",
+    "Task",
     "TemplateTask",
     "WinograndeTask",
 ]

@@ -1,0 +1,139 @@
+"""Fine-tuning on generative tasks keeps the promises of multiple-choice training: the loss is
+normalised by the answer tokens of the whole global batch, so 1 and 2 workers (dropout on) give
+one cache key and the same model; tasks of two kinds are refused when the graph is built."""
+
+import json
+
+import pytest
+import torch
+from tango.common.exceptions import ConfigurationError
+from tango.workspaces import LocalWorkspace
+
+from catwalk_steps import FinetuneStep
+from catwalk_steps.tasks import GenerationInstance, Task
+
+from .conftest import NO_DROPOUT, TINY, TINY_MODEL
+from .test_training_invariance import WEIGHT_TOLERANCE, largest_difference
+
+GENERATION = TINY / "generation"
+
+
+class ToolAnswers(Task):
+    """The tiny generative data (prompt/answers JSONL) as generation instances."""
+
+    REQUEST_TYPE = "generate_until"
+
+    def instances(self, split, limit=None):
+        rows = [json.loads(line) for line in self.data_files[split].read_text().splitlines()][:limit]
+        return [GenerationInstance(f"{split}/{n}", row["prompt"], row["answers"], until=("\n",), max_new_tokens=8)
+                for n, row in enumerate(rows)]
+
+    def det_hash_object(self):
+        return type(self).__name__, self.data_source()
+
+
+@pytest.fixture(scope="module")
+def tool_answers() -> ToolAnswers:
+    return ToolAnswers(data_files={split: str(GENERATION / f"{split}.jsonl") for split in ("train", "validation")})
+
+
+def finetune(task, device_count: int = 1, **extra) -> FinetuneStep:
+    settings = dict(
+        model=TINY_MODEL, tasks=[task], batch_size=8, micro_batch_size=2, train_epochs=2, train_limit=20,
+        validation_limit=12, learning_rate=3e-3, validate_every=2, device_count=device_count, step_name="finetune",
+    )
+    return FinetuneStep(**{**settings, **extra})
+
+
+def test_micro_batch_losses_add_up_to_the_global_batch_gradient():
+    """Two micro-batches of different answer-token counts: each one's summed loss divided by the
+    global batch's tokens (over 1 worker, or 2 whose gradients DDP averages) gives the full
+    batch's gradient, which a mean per micro-batch does not."""
+    from catwalk_steps.models.answer_loss import AnswerCollator, AnswerLossModel
+    from catwalk_steps.models.loading import ModelSpec
+    from catwalk_steps.training.batches import BatchPlan
+    from catwalk_steps.training.generative import loss_divisor
+
+    model = AnswerLossModel(ModelSpec.parse(TINY_MODEL, config_overrides=NO_DROPOUT))
+    model.train()
+    train = [{"prompt": [5, 6, 7], "answer": [8, 0]}, {"prompt": [9], "answer": [0]},
+             {"prompt": [10, 11], "answer": [12, 13, 14, 15, 0]}, {"prompt": [16], "answer": [17, 18, 19, 20, 21, 22, 0]}]
+    collate = AnswerCollator(pad_token_id=0, max_length=64)
+    plan = BatchPlan(len(train), batch_size=4, micro_batch_size=2, seed=0)
+
+    def gradient(losses) -> torch.Tensor:
+        model.zero_grad()
+        sum(losses).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    def micro_batch_losses(rank: int, world_size: int, normalised: bool = True):
+        for _, indices in plan.micro_batches(0, rank, world_size):
+            output = model(**collate([train[i] for i in indices]))
+            yield output["loss"] / (loss_divisor(train, plan, 0, world_size) if normalised else output["tokens"].sum())
+
+    tokens = [len(train[i]["answer"]) for i in plan.step_examples(0)]
+    assert sum(tokens[:2]) != sum(tokens[2:]) and loss_divisor(train, plan, 0, 1) == sum(tokens)
+    whole = gradient([model(**collate([train[i] for i in plan.step_examples(0)]))["loss"] / sum(tokens)])
+    one_worker = gradient(micro_batch_losses(0, 1))
+    two_workers = (gradient(micro_batch_losses(0, 2)) + gradient(micro_batch_losses(1, 2))) / 2  # DDP's average
+    torch.testing.assert_close(one_worker, whole, rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(two_workers, whole, rtol=1e-4, atol=1e-7)
+    means = gradient(micro_batch_losses(0, 1, normalised=False)) / 2
+    assert not torch.allclose(means, whole, rtol=1e-3)
+
+
+def test_tasks_of_two_kinds_are_refused_when_the_graph_is_built(tiny_task, tool_answers):
+    with pytest.raises(ConfigurationError, match="all multiple-choice or all generative"):
+        finetune(tool_answers, tasks=[tiny_task, tool_answers])
+
+
+@pytest.mark.parametrize("kind, overrides, message", [
+    ("multiple_choice", {"val_metric": "exact_match"}, "val_metric must be one of accuracy, loss"),
+    ("generate_until", {"val_metric": "accuracy"}, "val_metric must be one of loss, exact_match"),
+    ("generate_until", {"val_metric": "exact_match", "strategy": "fsdp", "device_count": 2}, "cannot do"),
+    ("generate_until", {"val_metric": "exact_match", "validation_split": None}, "needs a validation_split"),
+])
+def test_bad_validation_settings_are_refused(tiny_task, tool_answers, kind, overrides, message):
+    task = tool_answers if kind == "generate_until" else tiny_task
+    with pytest.raises(ConfigurationError, match=message):
+        finetune(task, **overrides)
+
+
+def test_naming_the_default_val_metric_keeps_the_key(tiny_task, tool_answers):
+    assert finetune(tool_answers, val_metric="loss").unique_id == finetune(tool_answers).unique_id
+    assert finetune(tiny_task, val_metric="accuracy").unique_id == finetune(tiny_task).unique_id
+    assert finetune(tool_answers, val_metric="exact_match").unique_id != finetune(tool_answers).unique_id
+
+
+@pytest.fixture(scope="module")
+def one_and_two_workers(tool_answers, tmp_path_factory):
+    """The same fine-tune (dropout on) on 1 and on 2 workers: (step, result) of each."""
+    runs = {}
+    for device_count in (1, 2):
+        step = finetune(tool_answers, device_count, keep_checkpoints=True)
+        runs[device_count] = step, step.result(LocalWorkspace(tmp_path_factory.mktemp(f"workers{device_count}")))
+    return runs
+
+
+@pytest.mark.ddp
+def test_one_and_two_workers_give_one_key_and_the_same_model(one_and_two_workers):
+    (one, single), (two, double) = one_and_two_workers[1], one_and_two_workers[2]
+    assert one.unique_id == two.unique_id
+    worst = largest_difference(single.state_dict, double.state_dict)
+    print(f"generative, 1 vs 2 workers: largest weight difference {worst:.1e}")
+    assert worst < WEIGHT_TOLERANCE
+    assert single.training_metrics["step"] == double.training_metrics["step"]
+    assert single.training_metrics["val_loss"] == pytest.approx(double.training_metrics["val_loss"], rel=1e-4)
+    one_losses, two_losses = (r.training_metrics["history"]["loss"] for r in (single, double))
+    assert [v for _, v in one_losses] == pytest.approx([v for _, v in two_losses], rel=1e-4)
+
+
+@pytest.mark.ddp
+def test_the_lowest_validation_loss_chooses_the_weights(one_and_two_workers):
+    _, result = one_and_two_workers[1]
+    validations = result.training_metrics["history"]["validations"]
+    assert [v["step"] for v in validations] == [2, 4]  # 2 epochs of 20 // 8 steps
+    assert all(set(v) == {"step", "val_loss"} for v in validations)
+    best = min(validations, key=lambda v: v["val_loss"])
+    assert {k: result.training_metrics[k] for k in best} == best
+    assert validations[-1]["val_loss"] < validations[0]["val_loss"]  # it learns

@@ -137,3 +137,12 @@ def test_the_lowest_validation_loss_chooses_the_weights(one_and_two_workers):
     best = min(validations, key=lambda v: v["val_loss"])
     assert {k: result.training_metrics[k] for k in best} == best
     assert validations[-1]["val_loss"] < validations[0]["val_loss"]  # it learns
+
+
+def test_the_training_chart_draws_generative_runs(tmp_path):
+    from catwalk_steps.reports.curves import training_chart
+
+    history = {"loss": [[1, 2.5], [2, 2.0]], "validations": [{"step": 2, "val_loss": 1.5, "val_exact_match": 0.25}]}
+    training_chart({"generative": {"step": 2, "val_loss": 1.5, "val_exact_match": 0.25, "history": history}},
+                   tmp_path / "training.png")
+    assert (tmp_path / "training.png").stat().st_size > 0

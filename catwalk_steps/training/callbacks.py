@@ -13,7 +13,8 @@ are called as Tango's ``torch::train`` calls them:
   validation) after the optimizer step, with the loss averaged over all workers;
 - in validation, ``pre_val_batch(step, val_step, epoch, val_batch)`` and
   ``post_val_batch(step, val_step, epoch, outputs)`` per validation batch of this worker's share,
-  then ``post_val_loop(step, epoch, val_acc, best_val_acc)``.
+  then ``post_val_loop(step, epoch, val_metric, best_val_metric)`` with the validation number
+  that chooses the best weights (``val_acc`` unless the step's ``val_metric`` says otherwise).
 
 ``step`` is the 0-based index of the optimizer step, as in Tango. Every callback's
 ``state_dict()`` (rank 0's, JSON) is saved with each checkpoint and given back to

@@ -62,13 +62,13 @@ class Gsm8kTask(GenerativeTask):
 
     def scores(self, instances: Sequence[GenerationInstance], generations: Sequence[str]) -> List[Dict[str, float]]:
         from lm_eval.api.metrics import exact_match_hf_evaluate
-        from lm_eval.api.registry import get_filter
+        from lm_eval.filters import build_filter_ensemble
 
         scores: List[Dict[str, float]] = [{} for _ in instances]
         for name, steps in FILTERS.items():
             responses: Any = [[text] for text in generations]
-            for function, settings in steps:
-                responses = list(get_filter(function)(**settings).apply(responses, [{}] * len(instances)))
+            for make_filter in build_filter_ensemble(name, steps).filters:
+                responses = list(make_filter().apply(responses, [{}] * len(instances)))
             for score, instance, answer in zip(scores, instances, responses):
                 found = exact_match_hf_evaluate([answer], [instance.references[0]], **EXACT_MATCH)
                 score[f"exact_match/{name}"] = float(found["exact_match"])

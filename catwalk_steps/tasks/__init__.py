@@ -1,9 +1,12 @@
 from .base import Task
 from .arc import ArcChallengeTask, ArcEasyTask, CommonsenseQATask, OpenBookQATask
+from .generative import GenerationTask, GenerativeTask
+from .gsm8k import Gsm8kTask
 from .hellaswag import HellaSwagTask
 from .lm_eval_bridge import LmEvalTask
 from .mmlu import MmluTask
 from .piqa import PiqaTask
+from .qa import SquadTask, TriviaQATask
 from .sciq import SciQTask
 from .siqa import SocialIQaTask
 from .superglue import BoolQTask, CopaTask
@@ -21,6 +24,9 @@ __all__ = [
     "DataError",
     "DocumentInstance",
     "GenerationInstance",
+    "GenerationTask",
+    "GenerativeTask",
+    "Gsm8kTask",
     "HellaSwagTask",
     "LmEvalTask",
     "MCInstance",
@@ -31,7 +37,9 @@ __all__ = [
     "Row",
     "SciQTask",
     "SocialIQaTask",
+    "SquadTask",
     "Task",
     "TemplateTask",
+    "TriviaQATask",
     "WinograndeTask",
 ]

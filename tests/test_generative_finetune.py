@@ -2,15 +2,13 @@
 normalised by the answer tokens of the whole global batch, so 1 and 2 workers (dropout on) give
 one cache key and the same model; tasks of two kinds are refused when the graph is built."""
 
-import json
-
 import pytest
 import torch
 from tango.common.exceptions import ConfigurationError
 from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import FinetuneStep
-from catwalk_steps.tasks import GenerationInstance, Task
+from catwalk_steps.tasks import GenerationTask
 
 from .conftest import NO_DROPOUT, TINY, TINY_MODEL
 from .test_training_invariance import WEIGHT_TOLERANCE, largest_difference
@@ -18,23 +16,10 @@ from .test_training_invariance import WEIGHT_TOLERANCE, largest_difference
 GENERATION = TINY / "generation"
 
 
-class ToolAnswers(Task):
-    """The tiny generative data (prompt/answers JSONL) as generation instances."""
-
-    REQUEST_TYPE = "generate_until"
-
-    def instances(self, split, limit=None):
-        rows = [json.loads(line) for line in self.data_files[split].read_text().splitlines()][:limit]
-        return [GenerationInstance(f"{split}/{n}", row["prompt"], row["answers"], until=("\n",), max_new_tokens=8)
-                for n, row in enumerate(rows)]
-
-    def det_hash_object(self):
-        return type(self).__name__, self.data_source()
-
-
 @pytest.fixture(scope="module")
-def tool_answers() -> ToolAnswers:
-    return ToolAnswers(data_files={split: str(GENERATION / f"{split}.jsonl") for split in ("train", "validation")})
+def tool_answers() -> GenerationTask:
+    return GenerationTask(data_files={split: str(GENERATION / f"{split}.jsonl") for split in ("train", "validation")},
+                          until=["\n"], max_new_tokens=8)
 
 
 def finetune(task, device_count: int = 1, **extra) -> FinetuneStep:
@@ -146,3 +131,23 @@ def test_the_training_chart_draws_generative_runs(tmp_path):
     training_chart({"generative": {"step": 2, "val_loss": 1.5, "val_exact_match": 0.25, "history": history}},
                    tmp_path / "training.png")
     assert (tmp_path / "training.png").stat().st_size > 0
+
+
+def test_validation_by_exact_match_is_what_evaluating_the_weights_gives(tool_answers, tmp_path):
+    """Greedy generations on the validation split choose the weights, and their exact match is
+    the one catwalk::predict and catwalk::calculate_metrics give for the returned model."""
+    from catwalk_steps import CalculateMetricsStep, PredictStep
+
+    workspace = LocalWorkspace(tmp_path)
+    step = finetune(tool_answers, val_metric="exact_match", batch_size=16, micro_batch_size=16, train_epochs=8,
+                    train_limit=None, validation_limit=32, learning_rate=3e-3, validate_every=32,
+                    config_overrides=NO_DROPOUT)
+    result = step.result(workspace)
+    validations = result.training_metrics["history"]["validations"]
+    best = max(validations, key=lambda v: (v["val_exact_match"], -v["val_loss"], -v["step"]))
+    print(f"validations by exact match: {validations}")
+    assert best["val_exact_match"] > 0.5  # it learns the tools
+    assert {k: result.training_metrics[k] for k in best} == best
+    predictions = PredictStep(model=step, task=tool_answers, limit=32, step_name="predict")
+    metrics = CalculateMetricsStep(predictions=predictions, step_name="metrics").result(workspace)
+    assert metrics["exact_match"] == best["val_exact_match"]

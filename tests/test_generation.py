@@ -114,3 +114,10 @@ def test_an_interrupted_run_resumes_from_the_generations_journaled(task, batch_o
     resumed = step.result(workspace)
     assert batches == [8, 8]  # the two batches not journaled
     assert [r["generation"] for r in resumed] == [r["generation"] for r in batch_of_32[1]]
+
+
+def test_lm_specs_are_the_rc_model_with_the_same_cache_key(task):
+    lm_spec = "lm::" + TINY_MODEL[len("rc::"):]
+    assert ModelSpec.parse(lm_spec) == ModelSpec.parse(TINY_MODEL)
+    same = [PredictStep(model=spec, task=task, step_name="generate").unique_id for spec in (lm_spec, TINY_MODEL)]
+    assert same[0] == same[1]

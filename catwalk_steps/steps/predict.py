@@ -12,8 +12,9 @@ from tango.step import StepResources
 
 from ..distributed.devices import check_device_setting, gpu_count, worker_devices
 from ..models.finetuned import FinetunedModel
-from ..models.loading import ModelSpec, with_model_names
+from ..models.loading import ModelSpec, context_window, with_model_names
 from ..models.scoring import encode_pair
+from ..prediction.perplexity_records import document_queries, perplexity_records
 from ..prediction.workers import ScoringJob, score_on_workers, strided_shards
 from ..storage.atomic import AtomicJsonFormat
 from ..storage.hashing import fingerprint
@@ -43,7 +44,10 @@ class PredictStep(Step):
     lm-evaluation-harness's ``acc_norm`` counts), and, with ``unconditioned`` for tasks with an
     ``unconditioned_context``, the log-likelihood after that context alone; and the ``margin``
     between its two best summed log-likelihoods. From these
-    :class:`CalculateMetricsStep` derives every metric without scoring again.
+    :class:`CalculateMetricsStep` derives every metric without scoring again. A perplexity task's
+    record holds a document's id, summed log-likelihood over its rolling windows (``loglik``),
+    and its ``num_tokens``, ``num_words`` and ``num_bytes``
+    (:mod:`..prediction.perplexity_records`).
 
     ``device_count`` workers score strided shards of the split (:mod:`..prediction.workers`). The
     device count, the device and the batching knobs change how fast, not what, so they are not in
@@ -111,6 +115,22 @@ class PredictStep(Step):
         spec = finetuned.spec if finetuned else ModelSpec.parse(model, tokenizer=tokenizer)
         instances = task.instances(split, limit)  # a bad data file fails the step before anything is loaded
         tok = spec.load_tokenizer()
+        job = dict(spec=spec, finetuned=finetuned, devices=devices, dtype=DTYPES[dtype], pad_token_id=tok.pad_token_id,
+                   max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens)
+        if task.REQUEST_TYPE == "loglikelihood_rolling":
+            config = spec.load_config()
+            if config.is_encoder_decoder:
+                raise ConfigurationError(
+                    f"{spec.pretrained} is an encoder-decoder model: perplexity (rolling log-likelihood of a "
+                    "document) is defined here for causal language models only"
+                )
+            queries, document_of = document_queries(tok, instances, context_window(config))
+            self.logger.info("Scoring %d windows of %d documents on %s", len(queries), len(instances),
+                             ", ".join(map(str, devices)))
+            work = fingerprint([[list(q.context + q.continuation) for q in queries], finetuned and finetuned.fingerprint])
+            logliks = self._run_journaled(queries=queries, shards=strided_shards(document_of, len(devices)), work=work,
+                                          **job)
+            return perplexity_records(instances, queries, document_of, logliks)
         queries = [encode_pair(tok, context, c) for i in instances for context, c in i.pairs()]
         instance_of = [n for n, i in enumerate(instances) for _ in i.continuations]
         conditioned = len(queries)
@@ -121,27 +141,8 @@ class PredictStep(Step):
         self.logger.info(
             "Scoring %d queries of %d instances on %s", len(queries), len(instances), ", ".join(map(str, devices))
         )
-        # Scores reach the work dir batch by batch, so a killed run resumes where it stopped;
-        # journals are discarded if the queries or the weights are not those they were written for.
-        # Called directly (not through a workspace), run() journals into a temporary directory.
         work = fingerprint([[list(q.context + q.continuation) for q in queries], finetuned and finetuned.fingerprint])
-        work_dir = self.work_dir_for_run
-        with nullcontext(work_dir) if work_dir else TemporaryDirectory(prefix="catwalk-predict-") as journals:
-            logliks = score_on_workers(
-                ScoringJob(
-                    spec=spec,
-                    finetuned=finetuned,
-                    queries=queries,
-                    shards=strided_shards(instance_of, len(devices)),
-                    devices=devices,
-                    dtype=DTYPES[dtype],
-                    pad_token_id=tok.pad_token_id,
-                    max_batch_size=max_batch_size,
-                    max_batch_tokens=max_batch_tokens,
-                    work_dir=Path(journals),
-                    work=work,
-                )
-            )
+        logliks = self._run_journaled(queries=queries, shards=strided_shards(instance_of, len(devices)), work=work, **job)
 
         predictions, start = [], 0
         for instance in instances:
@@ -161,3 +162,12 @@ class PredictStep(Step):
             predictions.append(record)
             start = end
         return predictions
+
+    def _run_journaled(self, **job: Any) -> List[float]:
+        """The log-likelihoods of a :class:`ScoringJob` of these settings. Scores reach the work dir
+        batch by batch, so a killed run resumes where it stopped; journals are discarded if the
+        queries or the weights are not those they were written for. Called directly (not through
+        a workspace), run() journals into a temporary directory."""
+        work_dir = self.work_dir_for_run
+        with nullcontext(work_dir) if work_dir else TemporaryDirectory(prefix="catwalk-predict-") as journals:
+            return score_on_workers(ScoringJob(work_dir=Path(journals), **job))

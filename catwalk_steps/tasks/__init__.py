@@ -1,13 +1,15 @@
 from .base import Task
 from .arc import ArcChallengeTask, ArcEasyTask, CommonsenseQATask, OpenBookQATask
 from .hellaswag import HellaSwagTask
+from .lambada import LambadaTask
 from .lm_eval_bridge import LmEvalTask
 from .mmlu import MmluTask
+from .perplexity import DocumentTask, PerplexityTask, WikiTextTask
 from .piqa import PiqaTask
 from .sciq import SciQTask
 from .siqa import SocialIQaTask
 from .superglue import BoolQTask, CopaTask
-from .instance import DataError, DocumentInstance, GenerationInstance, MCInstance, Row
+from .instance import DataError, DocumentInstance, GenerationInstance, MCInstance, Row, TargetInstance
 from .task import MultipleChoiceTask
 from .template import TemplateTask
 from .winogrande import WinograndeTask
@@ -20,18 +22,23 @@ __all__ = [
     "CopaTask",
     "DataError",
     "DocumentInstance",
+    "DocumentTask",
     "GenerationInstance",
     "HellaSwagTask",
+    "LambadaTask",
     "LmEvalTask",
     "MCInstance",
     "MmluTask",
     "MultipleChoiceTask",
     "OpenBookQATask",
+    "PerplexityTask",
     "PiqaTask",
     "Row",
     "SciQTask",
     "SocialIQaTask",
+    "TargetInstance",
     "Task",
     "TemplateTask",
+    "WikiTextTask",
     "WinograndeTask",
 ]

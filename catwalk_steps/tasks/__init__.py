@@ -1,11 +1,14 @@
 from .base import Task
 from .arc import ArcChallengeTask, ArcEasyTask, CommonsenseQATask, OpenBookQATask
+from .generative import GenerationTask, GenerativeTask
+from .gsm8k import Gsm8kTask
 from .hellaswag import HellaSwagTask
 from .lambada import LambadaTask
 from .lm_eval_bridge import LmEvalTask
 from .mmlu import MmluTask
 from .perplexity import DocumentTask, PerplexityTask, WikiTextTask
 from .piqa import PiqaTask
+from .qa import SquadTask, TriviaQATask
 from .sciq import SciQTask
 from .siqa import SocialIQaTask
 from .superglue import BoolQTask, CopaTask
@@ -24,6 +27,9 @@ __all__ = [
     "DocumentInstance",
     "DocumentTask",
     "GenerationInstance",
+    "GenerationTask",
+    "GenerativeTask",
+    "Gsm8kTask",
     "HellaSwagTask",
     "LambadaTask",
     "LmEvalTask",
@@ -36,9 +42,11 @@ __all__ = [
     "Row",
     "SciQTask",
     "SocialIQaTask",
+    "SquadTask",
     "TargetInstance",
     "Task",
     "TemplateTask",
+    "TriviaQATask",
     "WikiTextTask",
     "WinograndeTask",
 ]

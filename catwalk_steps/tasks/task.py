@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 from tango.common.exceptions import ConfigurationError
 
 from .base import Task
-from .fewshot import SEPARATOR, add_demonstrations
+from .fewshot import add_demonstrations, check_shots, fewshot_key
 from .formulation import lettered, without_answer_cue
 from .instance import MCInstance, Row
 
@@ -71,16 +71,10 @@ class MultipleChoiceTask(Task):
                 f"{type(self).__name__}: formulation must be one of {', '.join(self.FORMULATIONS)}, "
                 f"got {self.formulation!r}"
             )
-        if num_shots < 0:
-            raise ConfigurationError(f"num_shots must be at least 0, got {num_shots}")
         self.num_shots = num_shots
         self.fewshot_split = fewshot_split or self.FEWSHOT_SPLIT
         self.fewshot_seed = fewshot_seed
-        if num_shots and self.fewshot_split is not None and self.fewshot_split not in self.splits:
-            raise ConfigurationError(
-                f"{type(self).__name__}: no split '{self.fewshot_split}' to take {num_shots} few-shot "
-                f"demonstrations from (have: {', '.join(self.splits)}); set fewshot_split"
-            )
+        check_shots(self)
 
     @property
     def unconditioned_context(self) -> Optional[str]:
@@ -99,9 +93,7 @@ class MultipleChoiceTask(Task):
         if self.formulation != self.DEFAULT_FORMULATION:
             prompting["formulation"] = self.formulation
         if self.num_shots:
-            prompting["fewshot"] = (
-                self.num_shots, self.fewshot_split, self.fewshot_seed, self.FEWSHOT_SAMPLER, SEPARATOR
-            )
+            prompting["fewshot"] = fewshot_key(self)
         return key + (prompting,) if prompting else key
 
     def instances(self, split: str, limit: Optional[int] = None) -> List[MCInstance]:

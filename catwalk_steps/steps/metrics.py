@@ -12,6 +12,7 @@ from tango.format import Format
 from ..reports.accuracy import accuracies
 from ..reports.averages import macro_average
 from ..reports.calibration import calibration
+from ..reports.generation import is_generation, score_averages
 from ..reports.perplexity import document_perplexities, target_metrics
 from ..reports.tables import MetricsTable, check_average_over
 from ..storage.atomic import AtomicJsonFormat, read_json, replace_atomically
@@ -29,6 +30,10 @@ class CalculateMetricsStep(Step):
     (``acc_stderr``, ...; see :mod:`..reports.averages`); and how well the softmax over each
     instance's summed log-likelihoods is calibrated: ``ece`` (top-label expected calibration
     error, 15 bins, L1) and ``brier`` (see :mod:`..reports.calibration`).
+
+    Generation predictions (a generative task's) give the mean of each per-instance score
+    (``exact_match``, ``f1``, ``exact_match/strict-match``, ...) with its standard error, and
+    ``truncated``, the number of prompts cut to fit the model (:mod:`..reports.generation`).
 
     For a task with groups (MMLU's subjects), the top-level numbers are over all instances
     (lm-evaluation-harness's ``mmlu`` number), ``groups`` holds each group's metrics and
@@ -63,7 +68,10 @@ class CalculateMetricsStep(Step):
 
 def metrics_of(predictions: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Every metric of ``predictions``: the accuracies with their standard errors, the
-    calibration, the count; or the perplexities of perplexity tasks' records."""
+    calibration, the count; for generations, the mean scores with their standard errors; for
+    documents and targets, their perplexities (and the targets' greedy accuracy)."""
+    if is_generation(predictions[0]):
+        return score_averages(predictions)
     if "num_bytes" in predictions[0]:
         return document_perplexities(predictions)
     if "is_greedy" in predictions[0]:

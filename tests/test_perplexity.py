@@ -205,3 +205,24 @@ def test_greedy_flag_holds_for_the_models_own_continuation_only():
     assert [greedy for _, greedy in results] == [True, False, False, True]
     plain = score_queries(lm, queries, pad_token_id=0, max_length=64, max_batch_size=8, max_batch_tokens=4096)
     assert [loglik for loglik, _ in results] == pytest.approx(plain, rel=1e-5)
+
+
+def test_tables_and_exports_show_perplexities_beside_accuracies(by_batch_size, tmp_path):
+    from catwalk_steps.reports.tables import MetricsTable
+    from catwalk_steps.steps.export import ExportPredictionsStep
+
+    _, records = by_batch_size[1]
+    perplexities = CalculateMetricsStep(predictions=records).run(predictions=records)
+    table = MetricsTable.from_results({"piqa": {"acc": 0.5, "acc_stderr": 0.1, "count": 10}, "documents": perplexities},
+                                      ["task"])
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.to_markdown().splitlines()]
+    header, piqa, documents = dict(enumerate(rows[0])), rows[2], rows[3]
+    cells = {name: (piqa[i], documents[i]) for i, name in header.items()}
+    assert cells["acc"] == ("0.5000 ± 0.1000", "")
+    assert cells["word_perplexity"] == ("", f"{perplexities['word_perplexity']:.4f}")
+    assert cells["bits_per_byte"][0] == "" and cells["count"] == ("10", "6")
+    out = ExportPredictionsStep(output_dir=str(tmp_path)).run(
+        output_dir=str(tmp_path), predictions={"documents": records}, table=table)
+    lines = (tmp_path / "predictions" / "documents.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == records and out == str(tmp_path.resolve())
+    assert "word_perplexity" in (tmp_path / "metrics.csv").read_text().splitlines()[0]

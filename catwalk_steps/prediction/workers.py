@@ -33,6 +33,11 @@ def score(lm, job: "PredictionJob", requests: Sequence[Any], **batching: Any) ->
     score_queries(lm, requests, max_batch_tokens=job.max_batch_tokens, **batching)
 
 
+def score_greedy(lm, job: "PredictionJob", requests: Sequence[Any], **batching: Any) -> None:
+    """``[loglik, is_greedy]`` of each (context, target) query (``score_queries(greedy=True)``)."""
+    score_queries(lm, requests, max_batch_tokens=job.max_batch_tokens, greedy=True, **batching)
+
+
 def generate(lm, job: "PredictionJob", requests: Sequence[Any], **batching: Any) -> None:
     """Greedy generation from each prompt (:func:`..models.generation.generate_greedy`)."""
     generate_greedy(lm, job.spec.load_tokenizer(), requests, **batching)
@@ -41,8 +46,10 @@ def generate(lm, job: "PredictionJob", requests: Sequence[Any], **batching: Any)
 #: The computations a job can run, by journal name: ``fn(lm, job, requests, **batching)``
 #: where ``batching`` holds ``pad_token_id``, ``max_length``, ``max_batch_size``, ``progress``,
 #: ``known`` (results already journaled, by position in ``requests``) and ``on_batch``.
-COMPUTATIONS: Dict[str, Callable[..., None]] = {"scores": score, "generations": generate}
-DESCRIPTIONS = {"scores": "Log-likelihood queries", "generations": "Generations"}
+COMPUTATIONS: Dict[str, Callable[..., None]] = {
+    "scores": score, "greedy_scores": score_greedy, "generations": generate
+}
+DESCRIPTIONS = {"scores": "Log-likelihood queries", "greedy_scores": "Targets", "generations": "Generations"}
 
 
 @dataclass

@@ -35,8 +35,11 @@ def check_output_dir(output_dir: str) -> None:
 def readable_predictions(predictions: List[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
     """Each record of ``catwalk::predict`` plus, under every metric, the choice it picks and
     whether that is the gold label. Generation records already say what was generated and how
-    it scored: they are written as they are."""
+    it scored, and perplexity records have no choices: they are written as they are."""
     if predictions and is_generation(predictions[0]):
+        yield from predictions
+        return
+    if predictions and "loglik" in predictions[0]:  # a document's or a target's: nothing to choose
         yield from predictions
         return
     names = rankings(predictions)

@@ -15,6 +15,7 @@ from ..models.finetuned import FinetunedModel
 from ..models.loading import ModelSpec, context_window, with_model_names
 from ..models.scoring import encode_pair
 from ..prediction.generation_records import generation_records, generation_requests
+from ..prediction.perplexity_records import document_queries, perplexity_records, target_queries, target_records
 from ..prediction.workers import PredictionJob, run_on_workers, strided_shards
 from ..storage.atomic import AtomicJsonFormat
 from ..storage.hashing import fingerprint
@@ -49,7 +50,10 @@ class PredictStep(Step):
     task's record holds its id, the prompt's token count and whether it was cut from the left
     (``truncated``), the ``generation``, the ``references``, the task's per-instance ``scores``
     (``exact_match``, ``f1``, ...) and the ``margin`` of its closest greedy decision
-    (:mod:`..prediction.generation_records`).
+    (:mod:`..prediction.generation_records`). A perplexity task's record holds a document's id,
+    summed log-likelihood over its rolling windows (``loglik``), and its ``num_tokens``,
+    ``num_words`` and ``num_bytes``; LAMBADA's, the target's ``loglik``, ``is_greedy`` and
+    ``num_tokens`` (:mod:`..prediction.perplexity_records`).
 
     ``device_count`` workers score strided shards of the split (:mod:`..prediction.workers`). The
     device count, the device and the batching knobs change how fast, not what, so they are not in
@@ -130,6 +134,8 @@ class PredictStep(Step):
                 work=fingerprint(work), **job,
             )
             return generation_records(task, instances, requests, generations, max_length)
+        if task.REQUEST_TYPE in ("loglikelihood_rolling", "loglikelihood"):
+            return self._score_whole(task.REQUEST_TYPE, instances, spec, tok, job)
         queries = [encode_pair(tok, context, c) for i in instances for context, c in i.pairs()]
         instance_of = [n for n, i in enumerate(instances) for _ in i.continuations]
         conditioned = len(queries)
@@ -161,6 +167,32 @@ class PredictStep(Step):
             predictions.append(record)
             start = end
         return predictions
+
+    def _score_whole(
+        self, request_type: str, instances: List[Any], spec: ModelSpec, tok: Any, job: Dict[str, Any]
+    ) -> List[Dict[str, Any]]:
+        """Records of a perplexity task's documents (``loglikelihood_rolling``: every rolling
+        window a query) or of (context, target) instances scored with a greedy flag
+        (``loglikelihood``). Causal LMs only."""
+        config = spec.load_config()
+        if config.is_encoder_decoder:
+            raise ConfigurationError(
+                f"{spec.pretrained} is an encoder-decoder model: {request_type} requests (perplexity, "
+                "LAMBADA) are computed here for causal language models only"
+            )
+        rolling = request_type == "loglikelihood_rolling"
+        queries, instance_of = (
+            document_queries(tok, instances, context_window(config)) if rolling else target_queries(tok, instances)
+        )
+        self.logger.info("Scoring %d %s of %d instances on %s", len(queries), "windows" if rolling else "targets",
+                         len(instances), ", ".join(map(str, job["devices"])))
+        finetuned = job["finetuned"]
+        work = fingerprint([[list(q.context + q.continuation) for q in queries], finetuned and finetuned.fingerprint])
+        results = self._run_journaled(requests=queries, shards=strided_shards(instance_of, len(job["devices"])),
+                                      kind="scores" if rolling else "greedy_scores", work=work, **job)
+        if rolling:
+            return perplexity_records(instances, queries, instance_of, results)
+        return target_records(instances, queries, results)
 
     def _run_journaled(self, **job: Any) -> List[Any]:
         """The results of a :class:`PredictionJob` of these settings. They reach the work dir batch by batch, so a killed run resumes

@@ -1,6 +1,7 @@
 """What tasks produce, one kind per request type, built from checked :class:`Row` fields:
 :class:`MCInstance` (choices ranked by log-likelihood), :class:`GenerationInstance` (a prompt
-answered by greedy generation) and :class:`DocumentInstance` (a text scored whole, for perplexity)."""
+answered by greedy generation), :class:`DocumentInstance` (a text scored whole, for perplexity)
+and :class:`TargetInstance` (a target scored after a context, with a greedy flag)."""
 
 from dataclasses import dataclass, replace
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
@@ -135,3 +136,20 @@ class Row:
         if value not in options:
             raise self.error(name, f"must be one of {list(options)}, got {value!r}")
         return list(options).index(value)
+
+
+@dataclass(frozen=True)
+class TargetInstance:
+    """One target scored after its context, with whether greedy decoding from the context would
+    have produced it (lm-evaluation-harness's ``loglikelihood`` request, LAMBADA's last word).
+    ``context`` is complete (few-shot demonstrations included); ``target`` carries its own
+    leading space."""
+
+    id: str
+    context: str
+    target: str
+    group: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not self.target:
+            raise ValueError(f"Instance {self.id} has an empty target")

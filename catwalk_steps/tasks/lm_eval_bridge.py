@@ -1,5 +1,5 @@
-"""``{type: "lm_eval", task: "<name>"}``: any lm-evaluation-harness multiple-choice or
-``generate_until`` task as our instances, built by lm-evaluation-harness's own code, so its
+"""``{type: "lm_eval", task: "<name>"}``: any lm-evaluation-harness multiple-choice,
+``generate_until``, ``loglikelihood_rolling`` or ``loglikelihood`` task as our instances, built by lm-evaluation-harness's own code, so its
 hundreds of maintained prompts need no copy here.
 
 Each document becomes an :class:`MCInstance` whose context is lm-evaluation-harness's
@@ -13,6 +13,11 @@ requests for the same documents, seed and shot count (tested).
 A ``generate_until`` document becomes a :class:`GenerationInstance` of the same few-shot
 context, its ``generation_kwargs``' stop strings and ``max_gen_toks``; its generation is scored
 by lm-evaluation-harness's own filters and ``process_results`` (:func:`harness_scores`).
+A ``loglikelihood_rolling`` document (WikiText) becomes a :class:`DocumentInstance` of its
+``doc_to_target``, weighed by the words and bytes its ``process_results`` counts
+(:func:`document_instance`); a ``loglikelihood`` one (LAMBADA) a :class:`TargetInstance` of its
+few-shot context and ``doc_to_target``. Their metrics keep lm-evaluation-harness's names
+(``word_perplexity``, ``byte_perplexity``, ``bits_per_byte``; ``perplexity``, ``acc``).
 
 Two of lm-evaluation-harness's rules carry over on purpose: demonstrations are drawn by one
 generator, seeded with ``fewshot_seed``, in document order (a document's demonstrations depend
@@ -32,13 +37,13 @@ from tango.common.exceptions import ConfigurationError
 
 from ..storage.hashing import sha256_of_file
 from .generative import check_generation_settings
-from .instance import DataError, GenerationInstance, MCInstance
+from .instance import DataError, DocumentInstance, GenerationInstance, MCInstance, TargetInstance
 from .task import MultipleChoiceTask
 
 #: Our split names and the lm-evaluation-harness config keys that name them.
 SPLIT_KEYS = {"train": "training_split", "validation": "validation_split", "test": "test_split"}
 #: The ``output_type``s this bridge runs: the request type of the task's instances.
-OUTPUT_TYPES = ("multiple_choice", "generate_until")
+OUTPUT_TYPES = ("multiple_choice", "generate_until", "loglikelihood_rolling", "loglikelihood")
 #: HFLM's default ``max_gen_toks``, for tasks whose generation_kwargs do not set one.
 DEFAULT_MAX_GEN_TOKS = 256
 
@@ -197,6 +202,13 @@ class LmEvalTask(MultipleChoiceTask):
             return [
                 generation_instance(task, docs[n], f"{split}/{n}", self.num_shots, settings) for n in range(count)
             ]
+        if self.REQUEST_TYPE == "loglikelihood_rolling":
+            check_aggregations(self.name, task, ROLLING_AGGREGATIONS)
+            return [document_instance(self.name, task, docs[n], f"{split}/{n}", n + 1) for n in range(count)]
+        if self.REQUEST_TYPE == "loglikelihood":
+            check_aggregations(self.name, task, TARGET_AGGREGATIONS)
+            return [target_instance(self.name, task, docs[n], f"{split}/{n}", n + 1, self.num_shots)
+                    for n in range(count)]
         return [self._instance(task, docs[n], f"{split}/{n}", n + 1) for n in range(count)]
 
     def _docs(self, split: str) -> Any:
@@ -285,6 +297,65 @@ def harness_scores(task: Any, docs: Sequence[Dict[str, Any]], generations: Seque
             for metric, value in task.process_results(doc, [request.filtered_resps[pipeline.name]]).items():
                 score[metric if pipeline.name == "none" else f"{metric}/{pipeline.name}"] = float(value)
     return scores
+
+
+#: Each perplexity metric of a ``loglikelihood_rolling`` task, lm-evaluation-harness's aggregation
+#: of it, and the document count it weighs log-likelihoods by (a :class:`DocumentInstance` field).
+ROLLING_AGGREGATIONS = {
+    "word_perplexity": ("weighted_perplexity", "num_words"),
+    "byte_perplexity": ("weighted_perplexity", "num_bytes"),
+    "bits_per_byte": ("bits_per_byte", "num_bytes"),
+}
+#: The metrics of a ``loglikelihood`` task (LAMBADA) and their aggregations.
+TARGET_AGGREGATIONS = {"perplexity": ("perplexity", None), "acc": ("mean", None)}
+#: A log-likelihood that :func:`document_instance` passes through the task's ``process_results``
+#: to read the counts it weighs by.
+_PROBE = -1.0
+
+
+def check_aggregations(name: str, task: Any, expected: Dict[str, Any]) -> None:
+    """Our perplexity metrics are lm-evaluation-harness's definitions (:mod:`..reports.perplexity`):
+    a task that reports other metrics, or aggregates these otherwise, is refused."""
+    from lm_eval.api import metrics
+
+    wrong = [
+        metric for metric, aggregate in task.aggregation().items()
+        if metric not in expected or aggregate is not getattr(metrics, expected[metric][0])
+    ]
+    if wrong:
+        raise ConfigurationError(
+            f"lm-evaluation-harness's {name!r} reports {', '.join(wrong)} in a way we do not compute: a "
+            f"{task.OUTPUT_TYPE} task here reports {', '.join(expected)} with lm-evaluation-harness's aggregations "
+            f"({', '.join(f'{m}: {a}' for m, (a, _) in expected.items())})"
+        )
+
+
+def document_instance(name: str, task: Any, doc: Dict[str, Any], instance_id: str, row: int) -> DocumentInstance:
+    """A ``loglikelihood_rolling`` document as lm-evaluation-harness's request for it: the text
+    is its ``doc_to_target``; the words and bytes are those its own ``process_results`` weighs
+    the log-likelihood by (WikiText counts them on the page before detokenising), else its
+    ``count_words``/``count_bytes`` of the text."""
+    text = task.doc_to_target(doc)
+    if not isinstance(text, str) or not text:
+        raise DataError(f"lm_eval task {name!r}: document {row}: the text to score is empty or not a string "
+                        f"({text!r})")
+    counts = {"num_words": task.count_words(text), "num_bytes": task.count_bytes(text)}
+    for metric, item in task.process_results(doc, [_PROBE]).items():
+        if not (isinstance(item, tuple) and len(item) == 2 and item[0] == _PROBE):
+            raise ConfigurationError(f"lm-evaluation-harness's {name!r}: process_results gives {metric} as {item!r}, "
+                                     "not (log-likelihood, count)")
+        counts[ROLLING_AGGREGATIONS[metric][1]] = item[1]
+    return DocumentInstance(id=instance_id, text=text, **counts)
+
+
+def target_instance(name: str, task: Any, doc: Dict[str, Any], instance_id: str, row: int, num_shots: int
+                    ) -> TargetInstance:
+    """A ``loglikelihood`` document as lm-evaluation-harness's request for it: the few-shot
+    context and the ``doc_to_target`` continuation."""
+    target = task.doc_to_target(doc)
+    if not isinstance(target, str) or not target:
+        raise DataError(f"lm_eval task {name!r}: document {row}: the target is empty or not a string ({target!r})")
+    return TargetInstance(id=instance_id, context=task.fewshot_context(doc, num_shots), target=target)
 
 
 def _with_file_hashes(dataset_kwargs: Optional[Dict[str, Any]]) -> Any:

@@ -12,6 +12,7 @@ from catwalk_steps import FinetuneStep
 from catwalk_steps.tasks import GenerationTask
 
 from .conftest import NO_DROPOUT, TINY, TINY_MODEL
+from .test_seq2seq import tiny_t5  # noqa: F401 (a fixture)
 from .test_training_invariance import WEIGHT_TOLERANCE, Interrupt, RecordStart, largest_difference
 
 GENERATION = TINY / "generation"
@@ -46,8 +47,8 @@ def test_micro_batch_losses_add_up_to_the_global_batch_gradient():
 
     model = AnswerLossModel(ModelSpec.parse(TINY_MODEL, config_overrides=NO_DROPOUT))
     model.train()
-    train = [{"prompt": [5, 6, 7], "answer": [8, 0]}, {"prompt": [9], "answer": [0]},
-             {"prompt": [10, 11], "answer": [12, 13, 14, 15, 0]}, {"prompt": [16], "answer": [17, 18, 19, 20, 21, 22, 0]}]
+    answers = [([5, 6, 7], [8, 0]), ([9], [0]), ([10, 11], [12, 13, 14, 15, 0]), ([16], [17, 18, 19, 20, 21, 22, 0])]
+    train = [{"prompt": prompt, "answer": answer, "tokens": len(answer)} for prompt, answer in answers]
     collate = AnswerCollator(pad_token_id=0, max_length=64)
     plan = BatchPlan(len(train), batch_size=4, micro_batch_size=2, seed=0)
 
@@ -70,6 +71,27 @@ def test_micro_batch_losses_add_up_to_the_global_batch_gradient():
     torch.testing.assert_close(two_workers, whole, rtol=1e-4, atol=1e-7)
     means = gradient(micro_batch_losses(0, 1, normalised=False)) / 2
     assert not torch.allclose(means, whole, rtol=1e-3)
+
+
+def test_an_encoder_decoder_learns_the_answer_and_eos_once(tiny_t5):
+    """T5's scoring appends EOS to every target itself: the answer gets no second one, and the
+    loss and its token count are HF's own over answer + EOS."""
+    from catwalk_steps.models.answer_loss import AnswerCollator, AnswerLossModel, encode_answer
+    from catwalk_steps.models.loading import ModelSpec
+
+    spec = ModelSpec.parse(tiny_t5)
+    tokenizer, model = spec.load_tokenizer(), AnswerLossModel(spec)
+    prompt, answer = "Question: What do you use to cut the box?\nAnswer:", " a sharp knife"
+    query = encode_answer(tokenizer, prompt, answer, encoder_decoder=True)
+    eos = tokenizer.eos_token_id
+    assert encode_answer(tokenizer, prompt, answer, encoder_decoder=False).continuation == query.continuation + (eos,)
+    output = model.eval()(**AnswerCollator(tokenizer.pad_token_id, 512)([{"prompt": query.context,
+                                                                          "answer": query.continuation}]))
+    labels = torch.tensor([list(query.continuation) + [eos]])
+    with torch.no_grad():
+        expected = model.lm(input_ids=torch.tensor([list(query.context) + [eos]]), labels=labels).loss
+    assert output["tokens"].tolist() == [labels.shape[1]]
+    assert output["loss"].item() == pytest.approx(expected.item() * labels.shape[1], rel=1e-5)
 
 
 def test_tasks_of_two_kinds_are_refused_when_the_graph_is_built(tiny_task, tool_answers):

@@ -10,7 +10,7 @@ the device count. Tokens, padding and truncation follow :mod:`.scoring`: an answ
 continuation like any other, and the same left-padded batch gives its summed log-likelihood.
 """
 
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence
 
 import torch
 from peft import PeftModel
@@ -23,10 +23,16 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 
-def encode_answer(tokenizer: "PreTrainedTokenizerBase", prompt: str, answer: str) -> Query:
-    """The prompt's tokens and the answer's, then EOS (as :func:`.scoring.encode_pair` splits them)."""
+def encode_answer(tokenizer: "PreTrainedTokenizerBase", prompt: str, answer: str, encoder_decoder: bool) -> Query:
+    """The prompt's tokens and the answer's, then EOS (as :func:`.scoring.encode_pair` splits
+    them). An encoder-decoder's scoring appends the EOS itself (:mod:`.seq2seq`)."""
     query = encode_pair(tokenizer, prompt, answer)
-    return Query(query.context, query.continuation + (tokenizer.eos_token_id,))
+    return query if encoder_decoder else Query(query.context, query.continuation + (tokenizer.eos_token_id,))
+
+
+def scored_tokens(answer: Sequence[int], encoder_decoder: bool) -> int:
+    """How many tokens of an answer the loss sums over: EOS included, wherever it is appended."""
+    return len(answer) + int(encoder_decoder)
 
 
 class AnswerLossModel(RankClassificationModel):
@@ -43,7 +49,8 @@ class AnswerLossModel(RankClassificationModel):
         ``batch``: the tensors of :func:`.scoring.collate_queries`."""
         lm = self.lm.get_base_model() if isinstance(self.lm, PeftModel) else self.lm
         losses = -continuation_logliks(lm, **batch)
-        return {"loss": losses.sum(), "losses": losses.detach(), "tokens": batch["target_mask"].sum(-1)}
+        tokens = batch["target_mask"].sum(-1) + int(lm.config.is_encoder_decoder)  # (see scored_tokens)
+        return {"loss": losses.sum(), "losses": losses.detach(), "tokens": tokens}
 
 
 class AnswerCollator(DataCollator[Dict[str, Any]]):

@@ -324,7 +324,8 @@ class FinetuneStep(Step):
         train_instances = instances(train_split, train_limit)
         validation_instances = instances(validation_split, validation_limit)
         tok = spec.load_tokenizer()
-        max_length = context_window(spec.load_config())
+        config = spec.load_config()
+        max_length = context_window(config)
         kind = training_kind(tasks)
         generative = kind == GENERATIVE
 
@@ -332,7 +333,7 @@ class FinetuneStep(Step):
             if per_task is None:
                 return None
             if generative:
-                return answer_examples(tok, per_task, max_length, desc=f"Tokenizing {split}")
+                return answer_examples(tok, per_task, max_length, config.is_encoder_decoder, desc=f"Tokenizing {split}")
             return tokenized_examples(tok, [i for part in per_task for i in part], desc=f"Tokenizing {split}")
 
         train = examples(train_split, train_instances)

@@ -87,24 +87,27 @@ def selected_record_key(kind: str, val_metric: Optional[str]) -> str:
 
 def answer_examples(
     tokenizer: "PreTrainedTokenizerBase", instances_per_task: List[List["GenerationInstance"]], max_length: int,
-    desc: str,
+    encoder_decoder: bool, desc: str,
 ) -> List[Example]:
     """Each instance's prompt and answer tokens (its first reference after the target
-    delimiter, then EOS), the instance itself and its task's position (for validation by exact
-    match). An answer longer than the model's window is an error before any model loads."""
-    from ..models.answer_loss import encode_answer  # (peft: only once training)
+    delimiter, then EOS), how many tokens its loss sums over, the instance itself and its
+    task's position (for validation by exact match). An answer longer than the model's window
+    is an error before any model loads."""
+    from ..models.answer_loss import encode_answer, scored_tokens  # (peft: only once training)
 
     examples = []
     with Tqdm.tqdm(total=sum(map(len, instances_per_task)), desc=desc) as bar:
         for task, instances in enumerate(instances_per_task):
             for instance in instances:
-                query = encode_answer(tokenizer, instance.prompt, instance.target_delimiter + instance.references[0])
+                answer = instance.target_delimiter + instance.references[0]
+                query = encode_answer(tokenizer, instance.prompt, answer, encoder_decoder)
                 if len(query.continuation) > max_length:
                     raise ConfigurationError(
                         f"Instance {instance.id}: its answer and EOS make {len(query.continuation)} tokens, more than "
                         f"the model's context window of {max_length}"
                     )
                 examples.append({"prompt": list(query.context), "answer": list(query.continuation),
+                                 "tokens": scored_tokens(query.continuation, encoder_decoder),
                                  "instance": instance, "task": task})
                 bar.update(1)
     return examples
@@ -113,7 +116,7 @@ def answer_examples(
 def loss_divisor(train: List[Example], plan: BatchPlan, step: int, world_size: int) -> float:
     """What each worker divides its micro-batches' summed losses by: the answer tokens of step
     ``step``'s global batch over ``world_size`` (DDP's average over workers makes up the rest)."""
-    return sum(len(train[i]["answer"]) for i in plan.step_examples(step)) / world_size
+    return sum(train[i]["tokens"] for i in plan.step_examples(step)) / world_size
 
 
 def exact_matches(

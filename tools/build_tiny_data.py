@@ -8,7 +8,8 @@ guess. The second set (``tools_*.jsonl``, 4 choices, for a config-defined templa
 for the same action-tool pairs in another form, to show how fine-tuning on one task carries over;
 ``core/`` asks for them once more in the hub format of each task of the core suite
 (``configs/core_tiny.jsonnet``); ``generation/`` asks for the tool as a generated answer
-(``{"prompt", "answers"}`` lines, for ``configs/generation_tiny.jsonnet``).
+(``{"prompt", "answers"}`` lines, and the validation questions answered as ``{"text"}`` documents
+for perplexity, for ``configs/generation_tiny.jsonnet``).
 
     python tools/build_tiny_data.py data/tiny
 """
@@ -130,8 +131,10 @@ def make_core_suite(rng: random.Random) -> Dict[str, List[Dict]]:
 
 
 def make_generation_files(rng: random.Random, train_size: int, validation_size: int) -> Dict[str, List[Dict]]:
-    return {"generation/train.jsonl": make_tool_prompts(train_size, rng),
-            "generation/validation.jsonl": make_tool_prompts(validation_size, rng)}
+    """The generative questions, and the validation ones answered as documents (for perplexity)."""
+    train, validation = make_tool_prompts(train_size, rng), make_tool_prompts(validation_size, rng)
+    return {"generation/train.jsonl": train, "generation/validation.jsonl": validation,
+            "generation/answered.jsonl": [{"text": f"{row['prompt']} {row['answers'][0]}"} for row in validation]}
 
 
 def build_tokenizer(texts: List[str], vocab_size: int) -> PreTrainedTokenizerFast:

@@ -160,15 +160,18 @@ def test_the_training_chart_draws_generative_runs(tmp_path):
     assert (tmp_path / "training.png").stat().st_size > 0
 
 
+#: 128 steps over the whole tiny generative set, validated by exact match: the model learns the tools.
+BY_EXACT_MATCH = dict(val_metric="exact_match", batch_size=16, micro_batch_size=8, train_epochs=8, train_limit=None,
+                      validation_limit=32, learning_rate=3e-3, validate_every=32, config_overrides=NO_DROPOUT)
+
+
 def test_validation_by_exact_match_is_what_evaluating_the_weights_gives(tool_answers, tmp_path):
     """Greedy generations on the validation split choose the weights, and their exact match is
     the one catwalk::predict and catwalk::calculate_metrics give for the returned model."""
     from catwalk_steps import CalculateMetricsStep, PredictStep
 
     workspace = LocalWorkspace(tmp_path)
-    step = finetune(tool_answers, val_metric="exact_match", batch_size=16, micro_batch_size=16, train_epochs=8,
-                    train_limit=None, validation_limit=32, learning_rate=3e-3, validate_every=32,
-                    config_overrides=NO_DROPOUT)
+    step = finetune(tool_answers, **BY_EXACT_MATCH)
     result = step.result(workspace)
     validations = result.training_metrics["history"]["validations"]
     best = max(validations, key=lambda v: (v["val_exact_match"], -v["val_loss"], -v["step"]))
@@ -231,3 +234,17 @@ def test_two_workers_give_the_one_worker_model_under_every_strategy(
     print(f"generative, {strategy} {adapter} {precision}: 1 vs 2 workers, largest weight difference {worst:.1e}")
     assert worst < (BF16_WEIGHT_TOLERANCE if precision == "bf16-mixed" else WEIGHT_TOLERANCE)
     assert result.training_metrics["val_loss"] == pytest.approx(reference.training_metrics["val_loss"], rel=1e-3)
+
+
+@pytest.mark.full
+@pytest.mark.ddp
+def test_validation_by_exact_match_on_two_workers_is_one_worker_s(tool_answers, tmp_path):
+    """Each worker generates for its share of the validation split; the sums make the same
+    exact match, and so the same choice of weights, as one worker."""
+    one, two = (finetune(tool_answers, n, **BY_EXACT_MATCH).result(LocalWorkspace(tmp_path / str(n))) for n in (1, 2))
+    matches = [[v["val_exact_match"] for v in r.training_metrics["history"]["validations"]] for r in (one, two)]
+    assert matches[0] == matches[1] and max(matches[0]) > 0.5
+    assert one.training_metrics["step"] == two.training_metrics["step"]
+    worst = largest_difference(one.state_dict, two.state_dict)
+    print(f"generative, by exact match, 1 vs 2 workers: largest weight difference {worst:.1e}")
+    assert worst < WEIGHT_TOLERANCE

@@ -13,7 +13,6 @@ continuation like any other, and the same left-padded batch gives its summed log
 from typing import TYPE_CHECKING, Any, Dict, List, Sequence
 
 import torch
-from peft import PeftModel
 from tango.integrations.torch import DataCollator
 
 from .rank_classification import RankClassificationModel
@@ -47,7 +46,7 @@ class AnswerLossModel(RankClassificationModel):
         """``loss``: the summed negative log-likelihood of the batch's answer tokens (to be
         divided by the global batch's answer tokens); ``losses`` and ``tokens``: per instance.
         ``batch``: the tensors of :func:`.scoring.collate_queries`."""
-        lm = self.lm.get_base_model() if isinstance(self.lm, PeftModel) else self.lm
+        lm = self.scoring_lm
         losses = -continuation_logliks(lm, **batch)
         tokens = batch["target_mask"].sum(-1) + int(lm.config.is_encoder_decoder)  # (see scored_tokens)
         return {"loss": losses.sum(), "losses": losses.detach(), "tokens": tokens}

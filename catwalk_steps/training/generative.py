@@ -21,6 +21,7 @@ import torch
 from tango.common import Tqdm
 from tango.common.exceptions import ConfigurationError
 
+from ..tasks import GenerativeTask, MultipleChoiceTask
 from .batches import BatchPlan
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
     from ..tasks import GenerationInstance
 
-MULTIPLE_CHOICE, GENERATIVE = "multiple_choice", "generate_until"  # tasks' REQUEST_TYPE
+MULTIPLE_CHOICE, GENERATIVE = MultipleChoiceTask.REQUEST_TYPE, GenerativeTask.REQUEST_TYPE
 #: The validation numbers that may choose the best weights, per kind of task; the first is the default.
 VAL_METRICS = {MULTIPLE_CHOICE: ("accuracy", "loss"), GENERATIVE: ("loss", "exact_match")}
 #: Their names in validation records (and ``training_metrics``).

@@ -23,7 +23,6 @@ from typing import Any, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
-from peft import PeftModel
 from tango.common import Tqdm
 from tango.common.lazy import Lazy
 from tango.integrations.torch import TrainCallback
@@ -93,6 +92,7 @@ class TrainingJob:
         return RankClassificationModel(self.spec, self.adapter, self.gradient_checkpointing, self.shared_context, lm=lm)
 
     def collator(self, model: RankClassificationModel):
+        """What turns a list of examples into the model's batch."""
         if self.generative:
             return AnswerCollator(self.pad_token_id, self.max_length)
         return RankClassificationCollator(self.pad_token_id, self.max_length, model.shares_contexts)
@@ -152,16 +152,17 @@ def validate(
             sums += answer_validation_sums(outputs).to(sums)
         elif items:
             sums += torch.stack([outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items))]).to(sums)
-    if job.selected == "val_exact_match":
-        lm = model.lm.get_base_model() if isinstance(model.lm, PeftModel) else model.lm
-        sums[0] = exact_matches(lm, job.spec.load_tokenizer(), job.tasks, shard, job.pad_token_id, job.max_length,
-                                job.plan.micro_batch_size)
+    if job.selected == "val_exact_match":  # greedy generations, scored by each task's rule
+        sums[0] = exact_matches(model.scoring_lm, job.spec.load_tokenizer(), job.tasks, shard, job.pad_token_id,
+                                job.max_length, job.plan.micro_batch_size)
     correct, loss, count = _sum_over_workers(sums).tolist()
     model.train()
-    if job.generative:
-        scores = {"val_loss": loss / count}
-        return {**scores, "val_exact_match": correct / len(job.validation)} if job.selected == "val_exact_match" else scores
-    return {"val_acc": correct / count, "val_loss": loss / count}
+    if not job.generative:
+        return {"val_acc": correct / count, "val_loss": loss / count}
+    scores = {"val_loss": loss / count}  # per answer token
+    if job.selected == "val_exact_match":
+        scores["val_exact_match"] = correct / len(job.validation)
+    return scores
 
 
 def train_worker(rank: int, world_size: int, device: torch.device, job: TrainingJob) -> None:

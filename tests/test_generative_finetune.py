@@ -11,7 +11,7 @@ from tango.workspaces import LocalWorkspace
 from catwalk_steps import FinetuneStep
 from catwalk_steps.tasks import GenerationTask
 
-from .conftest import NO_DROPOUT, TINY, TINY_MODEL
+from .conftest import NO_DROPOUT, TINY, TINY_MODEL, write_jsonl
 from .test_seq2seq import tiny_t5  # noqa: F401 (a fixture)
 from .test_training_invariance import WEIGHT_TOLERANCE, Interrupt, RecordStart, largest_difference
 
@@ -94,9 +94,22 @@ def test_an_encoder_decoder_learns_the_answer_and_eos_once(tiny_t5):
     assert output["loss"].item() == pytest.approx(expected.item() * labels.shape[1], rel=1e-5)
 
 
-def test_tasks_of_two_kinds_are_refused_when_the_graph_is_built(tiny_task, tool_answers):
+def test_tasks_of_two_kinds_or_perplexity_tasks_are_refused_when_the_graph_is_built(tiny_task, tool_answers):
+    from catwalk_steps.tasks.perplexity import PerplexityTask
+
     with pytest.raises(ConfigurationError, match="all multiple-choice or all generative"):
         finetune(tool_answers, tasks=[tiny_task, tool_answers])
+    documents = PerplexityTask(data_files={"validation": str(TINY / "generation" / "answered.jsonl")})
+    with pytest.raises(ConfigurationError, match=r"cannot train on PerplexityTask \(loglikelihood_rolling\)"):
+        finetune(documents)
+
+
+def test_an_answer_longer_than_the_window_is_refused_before_training(tmp_path, workspace):
+    rows = [{"prompt": "Question: What do you use to cut the box?\nAnswer:", "answers": [" ".join(["a knife"] * 40)]}]
+    path = write_jsonl(tmp_path / "long.jsonl", rows * 8)
+    task = GenerationTask(data_files={"train": str(path), "validation": str(path)}, max_new_tokens=8)
+    with pytest.raises(ConfigurationError, match="Instance train/0: its answer and EOS make .* tokens, more than"):
+        finetune(task, train_limit=None).result(workspace)
 
 
 @pytest.mark.parametrize("kind, overrides, message", [

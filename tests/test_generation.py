@@ -3,6 +3,7 @@ generations for any batch size and worker count, stop strings, truncation, resum
 
 import pytest
 import torch
+from tango.common.exceptions import ConfigurationError
 from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import PredictStep
@@ -109,3 +110,11 @@ def test_lm_specs_are_the_rc_model_with_the_same_cache_key(task):
     assert ModelSpec.parse(lm_spec) == ModelSpec.parse(TINY_MODEL)
     same = [PredictStep(model=spec, task=task, step_name="generate").unique_id for spec in (lm_spec, TINY_MODEL)]
     assert same[0] == same[1]
+
+
+def test_a_budget_that_leaves_no_room_for_a_prompt_is_refused_before_the_model_loads(tmp_path):
+    path = write_jsonl(tmp_path / "v.jsonl", ROWS[:2])
+    task = GenerationTask(data_files={"validation": str(path)}, max_new_tokens=64)
+    with pytest.raises(ConfigurationError, match="max_new_tokens=64 leaves no room for a prompt in the model's "
+                                                 "context window of 64 tokens"):
+        PredictStep(model=TINY_MODEL, task=task, step_name="generate").result(LocalWorkspace(tmp_path / "ws"))

@@ -56,10 +56,13 @@ def cut_at_stop(text: str, until: Iterable[str]) -> Tuple[str, bool]:
 
 
 def stop_token_ids(lm: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase") -> Set[int]:
-    """The tokens that end a generation: the model's generation EOS ids and the tokenizer's."""
+    """The tokens that end a generation: the model's generation config's EOS ids, where
+    ``transformers``' ``generate`` (and so lm-evaluation-harness) stops; the tokenizer's EOS for
+    a model without any."""
     configured = getattr(getattr(lm, "generation_config", None), "eos_token_id", None)
-    ids = set(configured if isinstance(configured, list) else [configured] if configured is not None else [])
-    return ids | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
+    if configured is None:
+        configured = tokenizer.eos_token_id
+    return set(configured) if isinstance(configured, list) else {configured} if configured is not None else set()
 
 
 class _Sequences:

@@ -226,3 +226,22 @@ def test_tables_and_exports_show_perplexities_beside_accuracies(by_batch_size, t
     lines = (tmp_path / "predictions" / "documents.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == records and out == str(tmp_path.resolve())
     assert "word_perplexity" in (tmp_path / "metrics.csv").read_text().splitlines()[0]
+
+
+def test_a_rerun_resumes_from_the_windows_journaled(by_batch_size, tmp_path, monkeypatch):
+    """A killed run's journal (here: its first windows, one of them marked) is read back by the
+    rerun, which scores only the rest."""
+    step, records = by_batch_size[32]
+    monkeypatch.setattr(PredictStep, "clean_work_dir", lambda self, work_dir: None)  # keep the journal
+    first = LocalWorkspace(tmp_path / "first")
+    step.result(first)
+    journal = first.work_dir(step) / "scores-0.jsonl"
+    header, *entries = journal.read_text().splitlines()
+    window, loglik = json.loads(entries[0])
+    kept = [header, json.dumps([window, loglik - 1000.0])] + entries[1:3]
+    second = LocalWorkspace(tmp_path / "second")
+    (second.work_dir(step) / "scores-0.jsonl").write_text("\n".join(kept) + "\n")
+    resumed = step.result(second)
+    changed = [(a["loglik"] - b["loglik"]) for a, b in zip(resumed, records) if a["loglik"] != b["loglik"]]
+    assert changed == [pytest.approx(-1000.0, abs=1e-3)]  # the marked window came from the journal
+    assert len((second.work_dir(step) / "scores-0.jsonl").read_text().splitlines()) == len(entries) + 1

@@ -116,12 +116,8 @@ def last_logits(
 
 
 def greedy_continuation_logliks(
-    lm: "PreTrainedModel",
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    position_ids: torch.Tensor,
-    targets: torch.Tensor,
-    target_mask: torch.Tensor,
+    lm: "PreTrainedModel", input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+    targets: torch.Tensor, target_mask: torch.Tensor,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """:func:`continuation_logliks` of a causal LM, and whether each row's targets are, token for
     token, the most likely tokens (lm-evaluation-harness's ``is_greedy``: greedy decoding would

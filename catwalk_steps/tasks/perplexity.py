@@ -8,10 +8,10 @@ lm-evaluation-harness's rules (words: ``len(re.split(r"\\s+", text))``; bytes: U
 """
 
 import re
-from typing import Any, List, Optional
 
 from .base import Task
 from .instance import DocumentInstance, Row
+from .row_task import RowTask
 
 
 def count_words(text: str) -> int:
@@ -19,23 +19,14 @@ def count_words(text: str) -> int:
     return len(re.split(r"\s+", text))
 
 
-class DocumentTask(Task):
+class DocumentTask(RowTask):
     """A task whose rows are documents; subclasses name the text field and may rewrite the text
     the model reads (:meth:`model_text`)."""
 
     REQUEST_TYPE = "loglikelihood_rolling"
-    VERSION = "1"
     TEXT_FIELD = "text"
 
-    def det_hash_object(self) -> Any:
-        return (type(self).__name__, self.VERSION, self.data_source())
-
-    def instances(self, split: str, limit: Optional[int] = None) -> List[DocumentInstance]:
-        rows, source = self.load_rows(split)
-        count = len(rows) if limit is None else min(limit, len(rows))
-        return [self.document(Row(rows[n], source, n + 1), f"{split}/{n}") for n in range(count)]
-
-    def document(self, row: Row, instance_id: str) -> DocumentInstance:
+    def row_instance(self, row: Row, instance_id: str) -> DocumentInstance:
         text = row.get(self.TEXT_FIELD)
         if not text.strip():
             raise row.error(self.TEXT_FIELD, "is an empty document (only whitespace): there is nothing to score")

@@ -184,7 +184,7 @@ def test_validation_by_exact_match_is_what_evaluating_the_weights_gives(tool_ans
     from catwalk_steps import CalculateMetricsStep, PredictStep
 
     workspace = LocalWorkspace(tmp_path)
-    step = finetune(tool_answers, **BY_EXACT_MATCH)
+    step = finetune(tool_answers, **{**BY_EXACT_MATCH, "micro_batch_size": 16})  # one forward pass a step
     result = step.result(workspace)
     validations = result.training_metrics["history"]["validations"]
     best = max(validations, key=lambda v: (v["val_exact_match"], -v["val_loss"], -v["step"]))

@@ -18,6 +18,7 @@ rule. By default the lowest ``val_loss`` chooses.
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import torch
+from tango import Step
 from tango.common import Tqdm
 from tango.common.exceptions import ConfigurationError
 
@@ -60,7 +61,8 @@ def training_kind(tasks: Sequence[Any]) -> str:
 def check_val_metric(kwargs: Dict[str, Any]) -> None:
     """Checks ``val_metric`` against the tasks' kind and the strategy, when the step graph is
     built; one naming its kind's default becomes ``None``, so that it keeps the default's key."""
-    kind = training_kind(kwargs.get("tasks") or [])
+    # (A task that another step makes is known when this one runs: run() checks it then.)
+    kind = training_kind([task for task in kwargs.get("tasks") or [] if not isinstance(task, Step)])
     val_metric = kwargs.get("val_metric")
     if val_metric is None:
         return

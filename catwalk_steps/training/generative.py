@@ -61,10 +61,11 @@ def training_kind(tasks: Sequence[Any]) -> str:
 def check_val_metric(kwargs: Dict[str, Any]) -> None:
     """Checks ``val_metric`` against the tasks' kind and the strategy, when the step graph is
     built; one naming its kind's default becomes ``None``, so that it keeps the default's key."""
-    # (A task that another step makes is known when this one runs: run() checks it then.)
-    kind = training_kind([task for task in kwargs.get("tasks") or [] if not isinstance(task, Step)])
+    # A task that another step makes is known when this step runs: run() checks it then.
+    tasks = [task for task in kwargs.get("tasks") or [] if not isinstance(task, Step)]
+    kind = training_kind(tasks)
     val_metric = kwargs.get("val_metric")
-    if val_metric is None:
+    if val_metric is None or not tasks:
         return
     if val_metric not in VAL_METRICS[kind]:
         raise ConfigurationError(

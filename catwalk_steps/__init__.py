@@ -18,7 +18,7 @@ from .steps import (
     TabulateMetricsStep,
 )
 from .storage.atomic import AtomicJsonFormat
-from .tasks import MCInstance, MultipleChoiceTask, PiqaTask
+from .tasks import MCInstance, MultipleChoiceTask, PiqaTask, Task
 
 __all__ = [
     "AtomicJsonFormat",
@@ -35,4 +35,5 @@ __all__ = [
     "PredictStep",
     "PrintMetricsStep",
     "TabulateMetricsStep",
+    "Task",
 ]

@@ -12,6 +12,7 @@ from tango.common.exceptions import ConfigurationError
 from ..reports.accuracy import choice_scores, rankings
 from ..reports.charts import accuracy_chart
 from ..reports.curves import has_history, training_chart
+from ..reports.generation import is_generation
 from ..reports.tables import MetricsTable
 from ..storage.atomic import publish_text
 from ..tango_fixes.class_paths import keep_class_path
@@ -34,7 +35,14 @@ def check_output_dir(output_dir: str) -> None:
 
 def readable_predictions(predictions: List[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
     """Each record of ``catwalk::predict`` plus, under every metric, the choice it picks and
-    whether that is the gold label."""
+    whether that is the gold label. Generation records already say what was generated and how
+    it scored, and perplexity records have no choices: they are written as they are."""
+    if predictions and is_generation(predictions[0]):
+        yield from predictions
+        return
+    if predictions and "loglik" in predictions[0]:  # a document's or a target's: nothing to choose
+        yield from predictions
+        return
     names = rankings(predictions)
     chosen = {name: choice_scores(predictions, name).argmax(-1).tolist() for name in names}
     for n, record in enumerate(predictions):
@@ -50,7 +58,8 @@ class ExportPredictionsStep(Step):
 
     - ``predictions/<run>.jsonl``: per instance its id, gold label, per-choice log-likelihoods,
       token and character counts, ``margin``, and under ``chosen`` and ``correct`` the choice
-      each metric picks and whether it is right;
+      each metric picks and whether it is right; for a generative task, per instance the
+      generation, its references and its scores;
     - ``metrics.csv`` and ``metrics.md``: the table from ``catwalk::tabulate_metrics``;
     - ``<chart>.png`` with ``chart`` set to a metric of the table (e.g. ``"acc"``): that metric
       per row, with standard-error bars;

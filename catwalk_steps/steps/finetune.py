@@ -23,12 +23,13 @@ from ..models.adapters import Adapter, peft_config
 from ..models.finetuned import FinetunedModel, FinetunedModelFormat
 from ..models.loading import ModelSpec, with_model_names, context_window
 from ..models.scoring import encode_pair
-from ..tasks import MCInstance, MultipleChoiceTask
+from ..tasks import MCInstance, Task
 from ..tango_fixes.class_paths import keep_class_path
 from ..tracking.settings import TRACKING_ARGUMENTS, check_tracking, tracking_of
 from ..training.batches import BatchPlan
 from ..training.callbacks import check_callbacks
 from ..training.checkpoints import CHECKPOINTS
+from ..training.generative import GENERATIVE, answer_examples, check_val_metric, selected_record_key, training_kind
 from ..training.optimizers import check_schedule, named_lazy
 from ..training.preflight import check_disk_space
 from ..training.result import RESULT, finished
@@ -101,7 +102,8 @@ def _results_of_steps(value: Any, workspace: Workspace) -> Any:
 class FinetuneStep(Step):
     """Fine-tunes a causal LM as a rank classifier on the train splits of one or more tasks.
 
-    The loss is the cross-entropy over each instance's choices, scored by summed log-likelihood.
+    The loss is the cross-entropy over each instance's choices, scored by summed log-likelihood;
+    on generative tasks, the cross-entropy of the answer tokens (:mod:`catwalk_steps.training.generative`).
     ``batch_size`` is the global batch of every optimizer step; ``micro_batch_size`` (the memory
     knob, per device) cuts it into micro-batches that the ``device_count`` DDP workers share out,
     accumulating gradients. The micro-batches, and the dropout masks of each (seeded from the
@@ -130,6 +132,7 @@ class FinetuneStep(Step):
     # New settings left at their defaults (today's training) keep existing keys.
     SKIP_DEFAULT_ARGUMENTS = {
         "optimizer": None, "lr_scheduler": None, "patience": None, "decay_biases_and_norms": False,
+        "val_metric": None,
     }
     _joining: Optional["_Joining"] = None
     METADATA = {"artifact_kind": "model"}
@@ -168,6 +171,7 @@ class FinetuneStep(Step):
                 raise ConfigurationError("patience needs a validation_split to watch")
         check_callbacks(kwargs.get("callbacks"))
         check_tracking(kwargs)
+        check_val_metric(kwargs)  # and that the tasks are all of one kind
         device_count = kwargs.get("device_count", 1)
         check_device_setting(kwargs.get("device", "auto"), device_count)
         if kwargs.get("max_restarts", 0) < 0:
@@ -189,7 +193,7 @@ class FinetuneStep(Step):
     def run(  # type: ignore[override]
         self,
         model: str,
-        tasks: List[MultipleChoiceTask],
+        tasks: List[Task],
         *,
         tokenizer: Optional[str] = None,
         config_overrides: Optional[Dict[str, Any]] = None,
@@ -208,6 +212,7 @@ class FinetuneStep(Step):
         decay_biases_and_norms: bool = False,
         max_grad_norm: Optional[float] = 1.0,
         patience: Optional[int] = None,
+        val_metric: Optional[str] = None,
         seed: int = 42,
         train_split: str = "train",
         validation_split: Optional[str] = "validation",
@@ -267,13 +272,19 @@ class FinetuneStep(Step):
             optimizer step; one whose constructor takes ``num_training_steps`` gets the step count
             unless given. Replaces ``warmup_fraction``. In the cache key.
         :param decay_biases_and_norms: decay biases and normalisation weights too.
-        :param patience: stop after this many validations in a row without a higher validation
-            accuracy than the best before them. The result is still the best validation's weights;
+        :param patience: stop after this many validations in a row without a better validation
+            (by ``val_metric``) than the best before them. The result is still the best validation's weights;
             ``training_metrics["stopped_at"]`` says where it stopped; a stopped run resumed from its
             checkpoint stays stopped. In the cache key when set.
+        :param val_metric: what chooses the best validation (and what ``patience`` watches):
+            ``"accuracy"`` (multiple choice's default) or ``"loss"`` (the lowest); for generative
+            tasks ``"loss"`` (their default: cross-entropy per answer token) or ``"exact_match"``
+            (greedy generations on the validation split, scored by each task's rule; not under
+            ``fsdp`` on several workers). In the cache key unless the default.
         :param validate_every: steps between validations, each followed by a checkpoint; by
-            default, every epoch. The returned weights are those of the best validation accuracy
-            (of equal ones, the lowest loss), or of the last step without a ``validation_split``.
+            default, every epoch. The returned weights are those of the best validation (by
+            ``val_metric``; of equal accuracies, the lowest loss), or of the last step without a
+            ``validation_split``.
         :param strategy: ``"ddp"`` (a full replica per worker) or ``"fsdp"`` (parameters, gradients
             and optimizer state sharded over the workers, with torch's ``fully_shard``). The same
             model either way, within float summation order, so not part of the cache key.
@@ -326,16 +337,24 @@ class FinetuneStep(Step):
         devices = worker_devices(device, device_count)  # before any model or data is loaded
         micro_batch_size = check_batching(batch_size, micro_batch_size, device_count * nodes)
 
-        def instances(split: Optional[str], limit: Optional[int]) -> Optional[List[MCInstance]]:
-            return None if split is None else [i for task in tasks for i in task.instances(split, limit)]
+        def instances(split: Optional[str], limit: Optional[int]) -> Optional[List[List[Any]]]:
+            return None if split is None else [task.instances(split, limit) for task in tasks]
 
         # Both splits are read (a bad data file reported) before the tokenizer or any model is loaded.
         train_instances = instances(train_split, train_limit)
         validation_instances = instances(validation_split, validation_limit)
         tok = spec.load_tokenizer()
+        config = spec.load_config()
+        max_length = context_window(config)
+        kind = training_kind(tasks)
+        generative = kind == GENERATIVE
 
-        def examples(split: Optional[str], instances: Optional[List[MCInstance]]) -> Optional[List[Dict[str, Any]]]:
-            return None if instances is None else tokenized_examples(tok, instances, desc=f"Tokenizing {split}")
+        def examples(split: Optional[str], per_task: Optional[List[List[Any]]]) -> Optional[List[Dict[str, Any]]]:
+            if per_task is None:
+                return None
+            if generative:
+                return answer_examples(tok, per_task, max_length, config.is_encoder_decoder, desc=f"Tokenizing {split}")
+            return tokenized_examples(tok, [i for part in per_task for i in part], desc=f"Tokenizing {split}")
 
         train = examples(train_split, train_instances)
         plan = BatchPlan(len(train), batch_size, micro_batch_size, seed)
@@ -354,7 +373,7 @@ class FinetuneStep(Step):
             warmup_steps=math.ceil(warmup_fraction * train_steps),
             max_grad_norm=max_grad_norm,
             pad_token_id=tok.pad_token_id,
-            max_length=context_window(spec.load_config()),
+            max_length=max_length,
             work_dir=work_dir,
             log_every=log_every,
             adapter=adapter,
@@ -367,6 +386,9 @@ class FinetuneStep(Step):
             lr_scheduler=lr_scheduler,
             decay_biases_and_norms=decay_biases_and_norms,
             patience=patience,
+            generative=generative,
+            selected=selected_record_key(kind, val_metric),
+            tasks=tasks if val_metric == "exact_match" else None,
             workspace=workspace,
             step_id=self.unique_id,
             step_name=self.name,

@@ -15,6 +15,8 @@ from ..reports.averages import macro_average
 from ..reports.calibration import calibration
 from ..reports.replicates import add_replicate_rows, check_replicates
 from ..reports.table_comparisons import add_comparisons, check_baseline
+from ..reports.generation import is_generation, score_averages
+from ..reports.perplexity import document_perplexities, target_metrics
 from ..reports.tables import MetricsTable, check_average_over
 from ..storage.atomic import AtomicJsonFormat, read_json, publish_text
 from ..tango_fixes.class_paths import keep_class_path
@@ -32,9 +34,17 @@ class CalculateMetricsStep(Step):
     instance's summed log-likelihoods is calibrated: ``ece`` (top-label expected calibration
     error, 15 bins, L1) and ``brier`` (see :mod:`..reports.calibration`).
 
+    Generation predictions (a generative task's) give the mean of each per-instance score
+    (``exact_match``, ``f1``, ``exact_match/strict-match``, ...) with its standard error, and
+    ``truncated``, the number of prompts cut to fit the model (:mod:`..reports.generation`).
+
     For a task with groups (MMLU's subjects), the top-level numbers are over all instances
     (lm-evaluation-harness's ``mmlu`` number), ``groups`` holds each group's metrics and
     ``macro`` their macro average.
+
+    Perplexity tasks' records give ``word_perplexity``, ``byte_perplexity``, ``bits_per_byte``
+    and ``token_perplexity``; records of targets scored with a greedy flag (LAMBADA) give ``acc``
+    and ``perplexity`` (:mod:`..reports.perplexity`).
 
     Runs in one process, on the predictions as cached: there is nothing to sync across processes
     (the system this replaces synced torchmetrics objects across DDP workers in a callback).
@@ -61,7 +71,14 @@ class CalculateMetricsStep(Step):
 
 def metrics_of(predictions: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Every metric of ``predictions``: the accuracies with their standard errors, the
-    calibration, the count."""
+    calibration, the count; for generations, the mean scores with their standard errors; for
+    documents and targets, their perplexities (and the targets' greedy accuracy)."""
+    if is_generation(predictions[0]):
+        return score_averages(predictions)
+    if "num_bytes" in predictions[0]:
+        return document_perplexities(predictions)
+    if "is_greedy" in predictions[0]:
+        return target_metrics(predictions)
     return {**accuracies(predictions), **calibration(predictions)}
 
 

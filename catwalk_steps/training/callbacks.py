@@ -13,7 +13,8 @@ are called as Tango's ``torch::train`` calls them:
   validation) after the optimizer step, with the loss averaged over all workers;
 - in validation, ``pre_val_batch(step, val_step, epoch, val_batch)`` and
   ``post_val_batch(step, val_step, epoch, outputs)`` per validation batch of this worker's share,
-  then ``post_val_loop(step, epoch, val_acc, best_val_acc)``.
+  then ``post_val_loop(step, epoch, val_metric, best_val_metric)`` with the validation number
+  that chooses the best weights (``val_acc`` unless the step's ``val_metric`` says otherwise).
 
 ``step`` is the 0-based index of the optimizer step, as in Tango. Every callback's
 ``state_dict()`` (rank 0's, JSON) is saved with each checkpoint and given back to
@@ -32,6 +33,8 @@ from tango.common import DatasetDict
 from tango.common.exceptions import ConfigurationError
 from tango.common.lazy import Lazy
 from tango.integrations.torch import StopEarly, TrainCallback, TrainConfig
+
+from .checkpoints import ranking
 
 
 class CallbackStoppedTraining(ConfigurationError):
@@ -125,12 +128,13 @@ def build_callbacks(job, rank: int, world_size: int, device: torch.device, engin
     ])
 
 
-def should_stop(validations: List[Dict[str, Any]], patience: Optional[int]) -> bool:
-    """Whether the last ``patience`` validations all failed to improve on the best validation
-    accuracy before them (the first validation to reach the highest accuracy is the last
-    improvement; an equal accuracy is no improvement)."""
+def should_stop(validations: List[Dict[str, Any]], patience: Optional[int], selected: str = "val_acc") -> bool:
+    """Whether the last ``patience`` validations all failed to improve on the best number
+    ``selected`` before them (the validation accuracy, or the lowest loss; see
+    :func:`.checkpoints.ranking`): the first validation to reach the best is the last
+    improvement; an equal number is no improvement."""
     if patience is None or not validations:
         return False
-    accuracies = [v["val_acc"] for v in validations]
-    last_improvement = accuracies.index(max(accuracies))
-    return len(accuracies) - 1 - last_improvement >= patience
+    scores = [ranking(v, selected)[0] for v in validations]
+    last_improvement = scores.index(max(scores))
+    return len(scores) - 1 - last_improvement >= patience

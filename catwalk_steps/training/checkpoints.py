@@ -20,7 +20,7 @@ import shutil
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -43,13 +43,24 @@ class Progress:
 
     step: int = 0
     validations: List[Dict[str, Any]] = field(default_factory=list)
+    #: The validation number that chooses the best weights (see :func:`ranking`).
+    selected: str = "val_acc"
 
     @property
     def best(self) -> Optional[Dict[str, Any]]:
-        """The validation with the highest accuracy; of equal ones, the lowest loss, then the earliest."""
+        """The best validation by :func:`ranking`; of equal ones, the earliest."""
         if not self.validations:
             return None
-        return max(self.validations, key=lambda v: (v["val_acc"], -v["val_loss"], -v["step"]))
+        return max(self.validations, key=lambda v: (*ranking(v, self.selected), -v["step"]))
+
+
+def ranking(validation: Dict[str, Any], selected: str) -> Tuple[float, ...]:
+    """How good a validation is by its number ``selected``, larger being better: ``val_loss``
+    negated (lower is better); an accuracy (``val_acc``, ``val_exact_match``) as it is, then,
+    of equal ones, the lower loss."""
+    if selected == "val_loss":
+        return (-validation["val_loss"],)
+    return (validation[selected], -validation["val_loss"])
 
 
 def state_bytes(state: Any) -> int:

@@ -2,11 +2,12 @@
 
 What makes its result independent of how it was computed:
 - each optimizer step is one whole global batch of the :class:`~.batches.BatchPlan`, its
-  micro-batches shared out over the workers, their losses averaged over the whole batch;
+  micro-batches shared out over the workers, their losses averaged over the whole batch (over
+  its instances for multiple choice, over its answer tokens for generative tasks: :mod:`.generative`);
 - before each micro-batch's forward pass the RNG is seeded from (seed, step, micro-batch), so the
   dropout masks do not depend on the rank, the device count or on interruptions;
 - validation is exact (per-instance sums over each worker's shard, summed over workers) and runs
-  at every checkpoint, so the best validation's weights are always saved;
+  at every checkpoint, so the best validation's weights (by ``job.selected``) are always saved;
 - checkpoints hold the global state, sharded by name (see :mod:`.checkpoints`), so a run resumes
   on any number of devices, under either strategy;
 - the result is the best validation's weights, written without gathering them (:mod:`.result`);
@@ -28,12 +29,14 @@ from tango.integrations.torch import TrainCallback
 from tango.workspace import Workspace
 
 from ..models.adapters import Adapter
+from ..models.answer_loss import AnswerCollator, AnswerLossModel
 from ..models.loading import ModelSpec
 from ..models.rank_classification import RankClassificationCollator, RankClassificationModel
 from ..tracking.settings import Tracking
 from .batches import BatchPlan
 from .callbacks import Callbacks, EngineView, build_callbacks, should_stop
 from .checkpoints import CHECKPOINTS, CheckpointStore, Progress
+from .generative import answer_validation_sums, exact_matches, loss_divisor
 from .optimizers import build_optimizer, build_schedule
 from .result import write_result
 from .seeds import derive_seed
@@ -78,6 +81,33 @@ class TrainingJob:
     decay_biases_and_norms: bool = False
     patience: Optional[int] = None
     tracking: Optional[Tracking] = None  # W&B / TensorBoard, reported by rank 0 (see .tracking)
+    #: Trains answers of generative tasks (:mod:`.generative`) instead of ranking choices.
+    generative: bool = False
+    #: The validation number that chooses the best weights (``val_acc``, ``val_loss``, ``val_exact_match``).
+    selected: str = "val_acc"
+    #: The tasks, to score validation generations by their rules (``val_exact_match`` only).
+    tasks: Optional[List[Any]] = None
+
+    def build_model(self, lm=None) -> RankClassificationModel:
+        """The model to train (``lm``: one whose weights are still on the meta device)."""
+        if self.generative:
+            return AnswerLossModel(self.spec, self.adapter, self.gradient_checkpointing, lm=lm)
+        return RankClassificationModel(self.spec, self.adapter, self.gradient_checkpointing, self.shared_context, lm=lm)
+
+    def collator(self, model: RankClassificationModel):
+        """What turns a list of examples into the model's batch."""
+        if self.generative:
+            return AnswerCollator(self.pad_token_id, self.max_length)
+        return RankClassificationCollator(self.pad_token_id, self.max_length, model.shares_contexts)
+
+    def loss_divisor(self, step: int, world_size: int) -> float:
+        """What a micro-batch's loss is divided by, so that with DDP's average over the workers
+        the step's gradient is the global batch's mean: the micro-batches of a worker (whose
+        losses are means over their instances), or the global batch's answer tokens over the
+        workers (generative losses are sums)."""
+        if self.generative:
+            return loss_divisor(self.train, self.plan, step, world_size)
+        return self.plan.micro_batches_per_step // world_size
 
     @property
     def checkpoints(self) -> CheckpointStore:
@@ -104,7 +134,8 @@ def validate(
 ) -> Dict[str, float]:
     """Exact accuracy and mean loss over the whole validation split (worker ``rank`` scores every
     ``world_size``-th instance; the sums, not per-worker means, are combined). In full precision
-    whatever the training precision, as PredictStep scores by default: the two agree."""
+    whatever the training precision, as PredictStep scores by default: the two agree. For
+    generative tasks, the loss per answer token, and the exact match when it is ``selected``."""
     assert job.validation is not None
     model.eval()
     shard = job.validation[rank::world_size]
@@ -120,11 +151,21 @@ def validate(
         outputs = model(**_to(batch, device))
         if items and callbacks:
             callbacks.post_val_batch(step, val_step, epoch, outputs)
-        if items:
+        if items and job.generative:
+            sums += answer_validation_sums(outputs).to(sums)
+        elif items:
             sums += torch.stack([outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items))]).to(sums)
+    if job.selected == "val_exact_match":  # greedy generations, scored by each task's rule
+        sums[0] = exact_matches(model.scoring_lm, job.spec.load_tokenizer(), job.tasks, shard, job.pad_token_id,
+                                job.max_length, job.plan.micro_batch_size)
     correct, loss, count = _sum_over_workers(sums).tolist()
     model.train()
-    return {"val_acc": correct / count, "val_loss": loss / count}
+    if not job.generative:
+        return {"val_acc": correct / count, "val_loss": loss / count}
+    scores = {"val_loss": loss / count}  # per answer token
+    if job.selected == "val_exact_match":
+        scores["val_exact_match"] = correct / len(job.validation)
+    return scores
 
 
 def train_worker(rank: int, world_size: int, device: torch.device, job: TrainingJob) -> None:
@@ -136,7 +177,7 @@ def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, t
     torch.manual_seed(derive_seed(job.plan.seed, "init"))  # for any freshly initialised weights
     model = sharded_model(job, world_size, device)  # FSDP: each worker reads its shards alone
     if model is None:
-        model = RankClassificationModel(job.spec, job.adapter, job.gradient_checkpointing, job.shared_context)
+        model = job.build_model()
         trained = distribute(model.to(device), job.strategy, world_size)
     else:
         trained = model
@@ -146,14 +187,14 @@ def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, t
     schedule = build_schedule(job.lr_scheduler, optimizer, job.train_steps, job.warmup_steps)
     latest = job.checkpoints.latest()
     if latest is None:
-        progress, training_state = Progress(), {"callbacks": [], "losses": []}
+        progress, training_state = Progress(selected=job.selected), {"callbacks": [], "losses": []}
     else:  # every worker reads the shards it keeps, whoever wrote them
         state = job.checkpoints.load(latest, model, optimizer)
         progress, training_state = Progress(**state["progress"]), state["training_state"]
         schedule.load_state_dict(training_state["schedule"])
         if rank == 0:
             logger.info("Resuming from the checkpoint of step %d (%s)", progress.step, latest)
-    collate = RankClassificationCollator(job.pad_token_id, job.max_length, model.shares_contexts)
+    collate = job.collator(model)
     callbacks = build_callbacks(job, rank, world_size, device, EngineView(trained, optimizer, schedule))
     callbacks.load_state_dicts(training_state["callbacks"])
     losses = training_state.get("losses", [])  # [step, loss] every log_every steps, for the curves
@@ -177,6 +218,7 @@ def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, t
         batches = [collate([job.train[i] for i in examples]) for _, examples in micro_batches]
         callbacks.pre_batch(step, epoch, batches)
         batch_loss, outputs = torch.zeros((), device=device), []
+        divisor = job.loss_divisor(step, world_size)
         for n, ((index, _), batch) in enumerate(zip(micro_batches, batches)):
             batch = _to(batch, device)
             torch.manual_seed(derive_seed(job.plan.seed, "dropout", step, index))
@@ -186,7 +228,7 @@ def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, t
                 device.type, torch.bfloat16, enabled=job.precision == "bf16-mixed"
             ):
                 output = trained(**batch)
-                loss = output["loss"] / len(micro_batches)
+                loss = output["loss"] / divisor
                 loss.backward()
             batch_loss += loss.detach()
             if callbacks:
@@ -216,11 +258,11 @@ def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, t
                 scores = validate(model, job, collate, rank, world_size, device, callbacks, step, epoch)
                 record = {"step": progress.step, "epoch": epoch, **scores}
                 progress.validations.append(record)
-                best = progress.best
-                callbacks.post_val_loop(step, epoch, record["val_acc"], best["val_acc"])
-                shown.update(val_acc=f"{record['val_acc']:.4f}", best_val_acc=f"{best['val_acc']:.4f}")
+                best, selected = progress.best, job.selected
+                callbacks.post_val_loop(step, epoch, record[selected], best[selected])
+                shown.update({selected: f"{record[selected]:.4f}", f"best_{selected}": f"{best[selected]:.4f}"})
                 bar.set_postfix(shown)
-                if should_stop(progress.validations, job.patience) and progress.step < job.train_steps:
+                if should_stop(progress.validations, job.patience, selected) and progress.step < job.train_steps:
                     stopped_at = progress.step
             training_state = {
                 "schedule": schedule.state_dict(),
@@ -232,12 +274,12 @@ def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, t
             tracker.log_checkpoint(progress)
             if stopped_at is not None:
                 if rank == 0:
-                    logger.info("Stopping early at step %d: %d validations without a better accuracy",
-                                stopped_at, job.patience)
+                    logger.info("Stopping early at step %d: %d validations without a better %s",
+                                stopped_at, job.patience, job.selected)
                 break
     bar.close()
     optimizer.state.clear()  # the optimizer state is in the checkpoints; the result needs the memory
-    history = {"loss": losses, "validations": [{k: v[k] for k in ("step", "val_acc", "val_loss")}
+    history = {"loss": losses, "validations": [{k: n for k, n in v.items() if k != "epoch"}
                                                for v in progress.validations]}
     write_result(model, job.checkpoints, progress, job.work_dir, rank,
                  {"history": history, "world_size": world_size,  # for people; never read back

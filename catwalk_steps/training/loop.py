@@ -118,7 +118,8 @@ def validate(
         if items and callbacks:
             callbacks.post_val_batch(step, val_step, epoch, outputs)
         if items:
-            sums += torch.stack([outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items))]).to(sums)
+            counts = [outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items), device=device)]
+            sums += torch.stack(counts).to(sums)
     correct, loss, count = _sum_over_workers(sums).tolist()
     model.train()
     return {"val_acc": correct / count, "val_loss": loss / count}

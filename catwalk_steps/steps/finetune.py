@@ -252,7 +252,10 @@ class FinetuneStep(Step):
             choice) pair, for less work (measured 1.06-2.95x the examples/s, docs/benchmarks.md:
             the more, the longer the contexts and the larger the model). Under dropout
             the choices share the context's dropout mask, so the setting is in the cache key. Off
-            with gradient checkpointing and for encoder-decoder models.
+            with gradient checkpointing and for encoder-decoder models. Under FSDP it costs memory:
+            each block runs twice per step, and autograd holds every block's whole gradient from
+            the continuations' backward until the contexts' (4 bytes per parameter per worker at
+            the peak, whatever the worker count; docs/benchmarks.md). ``false`` where that matters.
         :param batch_size: instances per optimizer step, over all devices and micro-batches. Each
             epoch trains on ``len(train) // batch_size`` whole batches of a fresh permutation.
         :param micro_batch_size: instances per forward pass on one device (default: ``batch_size``).

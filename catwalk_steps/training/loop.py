@@ -154,7 +154,8 @@ def validate(
         if items and job.generative:
             sums += answer_validation_sums(outputs).to(sums)
         elif items:
-            sums += torch.stack([outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items))]).to(sums)
+            counts = [outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items), device=device)]
+            sums += torch.stack(counts).to(sums)
     if job.selected == "val_exact_match":  # greedy generations, scored by each task's rule
         sums[0] = exact_matches(model.scoring_lm, job.spec.load_tokenizer(), job.tasks, shard, job.pad_token_id,
                                 job.max_length, job.plan.micro_batch_size)

@@ -80,7 +80,6 @@ class FinetunedModel:
         return self.spec.load_model(dtype, self._state_dict)
 
 
-@Format.register("catwalk::finetuned_model")
 def _link_or_copy(source: Path, target: Path) -> None:
     """A second name for ``source`` (training's result file, in the step's work dir, on the same
     filesystem as the entry): no second copy on disk, nor time spent copying; else a copy."""
@@ -92,6 +91,7 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 
 @keep_class_path("catwalk_steps.weights.FinetunedModelFormat")
+@Format.register("catwalk::finetuned_model")
 class FinetunedModelFormat(Format[FinetunedModel]):
     """``model.safetensors`` (the full model's or the adapter's weights) and ``model.json`` (the
     spec, the adapter settings, the training metrics, and the weights' keys, aliases and sha256).

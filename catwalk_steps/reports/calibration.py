@@ -20,7 +20,6 @@ import torch
 
 from .accuracy import choice_scores
 
-CALIBRATION_METRICS = ("ece", "brier")
 ECE_BINS = 15
 
 

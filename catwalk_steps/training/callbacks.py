@@ -79,15 +79,43 @@ class Callbacks:
     def __bool__(self) -> bool:
         return bool(self.callbacks)
 
-    def __getattr__(self, name: str):
-        def call(*args: Any) -> None:
-            for callback in self.callbacks:
-                try:
-                    getattr(callback, name)(*args)
-                except StopEarly as e:
-                    raise CallbackStoppedTraining(stop_early_message(type(callback).__name__)) from e
+    def _call(self, hook: str, *args: Any) -> None:
+        for callback in self.callbacks:
+            try:
+                getattr(callback, hook)(*args)
+            except StopEarly as e:
+                raise CallbackStoppedTraining(stop_early_message(type(callback).__name__)) from e
 
-        return call
+    # Tango's hooks, each named once: a misspelled hook in the loop is an AttributeError.
+    def pre_train_loop(self) -> None:
+        self._call("pre_train_loop")
+
+    def post_train_loop(self, step: int, epoch: int) -> None:
+        self._call("post_train_loop", step, epoch)
+
+    def pre_epoch(self, step: int, epoch: int) -> None:
+        self._call("pre_epoch", step, epoch)
+
+    def post_epoch(self, step: int, epoch: int) -> None:
+        self._call("post_epoch", step, epoch)
+
+    def pre_batch(self, step: int, epoch: int, batch: Any) -> None:
+        self._call("pre_batch", step, epoch, batch)
+
+    def post_batch(self, step: int, epoch: int, batch_loss: float, outputs: Any) -> None:
+        self._call("post_batch", step, epoch, batch_loss, outputs)
+
+    def log_batch(self, step: int, epoch: int, batch_loss: float, outputs: Any) -> None:
+        self._call("log_batch", step, epoch, batch_loss, outputs)
+
+    def pre_val_batch(self, step: int, val_step: int, epoch: int, val_batch: Any) -> None:
+        self._call("pre_val_batch", step, val_step, epoch, val_batch)
+
+    def post_val_batch(self, step: int, val_step: int, epoch: int, val_batch_outputs: Any) -> None:
+        self._call("post_val_batch", step, val_step, epoch, val_batch_outputs)
+
+    def post_val_loop(self, step: int, epoch: int, val_metric: float, best_val_metric: float) -> None:
+        self._call("post_val_loop", step, epoch, val_metric, best_val_metric)
 
     def state_dicts(self) -> List[Dict[str, Any]]:
         return [callback.state_dict() for callback in self.callbacks]

@@ -166,8 +166,3 @@ class CheckpointStore:
         state = {"model": get_model_state_dict(model, options=options)}
         dcp.load(state, checkpoint_id=path, no_dist=not dist.is_initialized())
         set_model_state_dict(model, state["model"], options=options)
-
-    def progress(self) -> Progress:
-        """The progress recorded in the latest checkpoint."""
-        pointer = json.loads((self.dir / LATEST).read_text())
-        return Progress(**json.loads((self.path(pointer["step"]) / STATE).read_text())["progress"])

@@ -30,7 +30,7 @@ def test_every_step_is_a_whole_global_batch_split_alike_on_any_world_size(num_ex
     for epoch in range(3):  # an epoch leaves out its remainder, and only that
         steps = range(epoch * plan.steps_per_epoch, (epoch + 1) * plan.steps_per_epoch)
         assert len({i for step in steps for i in plan.step_examples(step)}) == num_examples - num_examples % 8
-    with pytest.raises(ValueError, match="cannot be shared by 3 workers"):
+    with pytest.raises(ConfigurationError, match="device_count=3 workers cannot share equally"):
         plan.micro_batches(0, 0, 3)
 
 

@@ -26,6 +26,9 @@ from ..storage.weights import save_state_dict
 from .checkpoints import CheckpointStore, Progress, barrier
 
 if TYPE_CHECKING:  # a step that finds its result here imports no model code
+    from ..models.adapters import Adapter
+    from ..models.finetuned import FinetunedModel
+    from ..models.loading import ModelSpec
     from ..models.rank_classification import RankClassificationModel
 
 RESULT = "result"
@@ -37,6 +40,20 @@ def finished(work_dir: Path) -> Optional[Dict[str, Any]]:
     """What a completed training left (``weights``: the file's meta; ``training_metrics``), if it did."""
     record = work_dir / RESULT / RECORD
     return json.loads(record.read_text()) if record.exists() else None
+
+
+def finished_model(work_dir: Path, spec: "ModelSpec", adapter: Optional["Adapter"]) -> Optional["FinetunedModel"]:
+    """What a completed training wrote into ``work_dir`` (the best validation's weights, or the
+    last step's) as the step's result, if it completed."""
+    from ..models.finetuned import FinetunedModel
+
+    record = finished(work_dir)
+    if record is None:
+        return None
+    return FinetunedModel(
+        spec, training_metrics=record["training_metrics"], adapter=adapter,
+        weights_file=work_dir / RESULT / WEIGHTS, weights_meta=record["weights"],
+    )
 
 
 def write_result(

@@ -3,8 +3,8 @@ generations for any batch size and worker count, stop strings, truncation, resum
 
 import pytest
 import torch
+from tango.common.exceptions import ConfigurationError
 from tango.workspaces import LocalWorkspace
-from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
 
 from catwalk_steps import PredictStep
 from catwalk_steps.models import generation
@@ -12,7 +12,8 @@ from catwalk_steps.models.generation import GenerationRequest, cut_at_stop, enco
 from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.tasks import GenerationTask
 
-from .conftest import TINY, TINY_MODEL, write_jsonl
+from .conftest import TINY_MODEL, write_jsonl
+from .test_seq2seq import tiny_t5  # noqa: F401  (a fixture)
 
 WORDS = "the cat sat on a mat and then it ran to the door where a dog slept all day".split()
 #: Prompts of many lengths (so batches pad), one longer than the tiny model's 64-token window.
@@ -46,15 +47,9 @@ def test_greedy_generation_is_transformers_generate_cut_at_the_first_stop_string
         assert generation["margin"] > 0
 
 
-def test_encoder_decoders_generate_as_transformers_does(tmp_path):
-    tokenizer = AutoTokenizer.from_pretrained(TINY / "model")
-    torch.manual_seed(0)
-    config = T5Config(
-        vocab_size=len(tokenizer), d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2, dropout_rate=0.0,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.eos_token_id,
-    )
-    lm = T5ForConditionalGeneration(config).eval()
+def test_encoder_decoders_generate_as_transformers_does(tiny_t5):
+    spec = ModelSpec.parse(tiny_t5)
+    tokenizer, lm = spec.load_tokenizer(), spec.load_model().eval()
     prompts = [row["prompt"] for row in ROWS[:5]]
     requests = [GenerationRequest(encode_prompt(tokenizer, p), (), 6) for p in prompts]
     ours = generate_greedy(lm, tokenizer, requests, pad_token_id=0, max_length=64, max_batch_size=3)
@@ -75,23 +70,17 @@ def test_records_hold_the_generation_its_references_scores_and_truncation(batch_
     assert all("\n" not in r["generation"] and " mat" not in r["generation"] for r in records)
 
 
-def test_batch_size_does_not_change_generations(task, batch_of_32, tmp_path):
+@pytest.mark.parametrize("batching", [
+    {"max_batch_size": 1},
+    pytest.param({"device_count": 2}, marks=[pytest.mark.ddp, pytest.mark.full]),  # 2 processes: ~40 s here
+])
+def test_batching_does_not_change_generations(task, batch_of_32, batching, tmp_path):
     step_32, by_32 = batch_of_32
-    step = PredictStep(model=TINY_MODEL, task=task, device="cpu", max_batch_size=1, step_name="generate")
+    step = PredictStep(model=TINY_MODEL, task=task, device="cpu", step_name="generate", **batching)
     assert step.unique_id == step_32.unique_id
-    by_1 = step.result(LocalWorkspace(tmp_path))
-    assert [r["generation"] for r in by_1] == [r["generation"] for r in by_32]
-
-
-@pytest.mark.ddp
-@pytest.mark.full  # 2 worker processes: ~40 s on a shared 2-core machine
-def test_two_workers_give_the_one_worker_generations(task, batch_of_32, tmp_path):
-    step_32, one = batch_of_32
-    step = PredictStep(model=TINY_MODEL, task=task, device="cpu", device_count=2, step_name="generate")
-    assert step.unique_id == step_32.unique_id
-    two = step.result(LocalWorkspace(tmp_path))
-    assert [r["generation"] for r in two] == [r["generation"] for r in one]
-    assert not list((tmp_path / "cache" / step.unique_id / "work").glob("*.jsonl"))
+    found = step.result(LocalWorkspace(tmp_path))
+    assert [r["generation"] for r in found] == [r["generation"] for r in by_32]
+    assert not list((tmp_path / "cache" / step.unique_id / "work").glob("*.jsonl"))  # journals gone once cached
 
 
 def test_an_interrupted_run_resumes_from_the_generations_journaled(task, batch_of_32, tmp_path, monkeypatch):
@@ -114,3 +103,18 @@ def test_an_interrupted_run_resumes_from_the_generations_journaled(task, batch_o
     resumed = step.result(workspace)
     assert batches == [8, 8]  # the two batches not journaled
     assert [r["generation"] for r in resumed] == [r["generation"] for r in batch_of_32[1]]
+
+
+def test_lm_specs_are_the_rc_model_with_the_same_cache_key(task):
+    lm_spec = "lm::" + TINY_MODEL[len("rc::"):]
+    assert ModelSpec.parse(lm_spec) == ModelSpec.parse(TINY_MODEL)
+    same = [PredictStep(model=spec, task=task, step_name="generate").unique_id for spec in (lm_spec, TINY_MODEL)]
+    assert same[0] == same[1]
+
+
+def test_a_budget_that_leaves_no_room_for_a_prompt_is_refused_before_the_model_loads(tmp_path):
+    path = write_jsonl(tmp_path / "v.jsonl", ROWS[:2])
+    task = GenerationTask(data_files={"validation": str(path)}, max_new_tokens=64)
+    with pytest.raises(ConfigurationError, match="max_new_tokens=64 leaves no room for a prompt in the model's "
+                                                 "context window of 64 tokens"):
+        PredictStep(model=TINY_MODEL, task=task, step_name="generate").result(LocalWorkspace(tmp_path / "ws"))

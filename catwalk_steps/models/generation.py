@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequ
 import torch
 
 from .forward_signature import accepts_logits_to_keep, cache_keyword
+from .padding import left_padded
 
 if TYPE_CHECKING:  # imported where models are loaded
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -55,10 +56,13 @@ def cut_at_stop(text: str, until: Iterable[str]) -> Tuple[str, bool]:
 
 
 def stop_token_ids(lm: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase") -> Set[int]:
-    """The tokens that end a generation: the model's generation EOS ids and the tokenizer's."""
+    """The tokens that end a generation: the model's generation config's EOS ids, where
+    ``transformers``' ``generate`` (and so lm-evaluation-harness) stops; the tokenizer's EOS for
+    a model without any."""
     configured = getattr(getattr(lm, "generation_config", None), "eos_token_id", None)
-    ids = set(configured if isinstance(configured, list) else [configured] if configured is not None else [])
-    return ids | ({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set())
+    if configured is None:
+        configured = tokenizer.eos_token_id
+    return set(configured) if isinstance(configured, list) else {configured} if configured is not None else set()
 
 
 class _Sequences:
@@ -122,13 +126,7 @@ def _causal_batch(
     from transformers import DynamicCache
 
     device = next(lm.parameters()).device
-    width = max(len(p) for p in prompts)
-    input_ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        input_ids[row, width - len(prompt):] = torch.tensor(prompt)
-        mask[row, width - len(prompt):] = 1
-    input_ids, mask = input_ids.to(device), mask.to(device)
+    input_ids, mask = (tensor.to(device) for tensor in left_padded(prompts, pad_token_id))
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     next_position = mask.sum(-1)
     cache = DynamicCache()
@@ -205,6 +203,8 @@ def generate_greedy(
     Requests whose index is in ``known`` are not generated again. ``on_batch`` receives each
     batch's ``(index, generation)`` pairs, and ``progress`` (a tqdm bar) advances by its size.
     """
+    if cache_keyword(lm) is None:
+        raise TypeError(f"{type(lm).__name__}.forward takes no key/value cache: it cannot generate here")
     results: Dict[int, Dict[str, object]] = dict(known or {})
     windows = {i: requests[i].window(max_length) for i in range(len(requests)) if i not in results}
     order = sorted(windows, key=lambda i: (-len(windows[i]), i))

@@ -160,6 +160,7 @@ def test_batch_size_does_not_change_perplexity(by_batch_size):
 
 
 @pytest.mark.ddp
+@pytest.mark.full  # 2 spawned workers: ~30 s; the worker pool is the one multiple choice tests by default
 def test_two_workers_give_the_one_worker_perplexity(by_batch_size, tmp_path):
     step = PredictStep(model=TINY_MODEL, task=documents_task(), device="cpu", device_count=2, step_name="predict")
     assert step.unique_id == by_batch_size[32][0].unique_id

@@ -8,13 +8,14 @@ with the real GPT-2 BPE tokenizer (50,257 tokens), saved with save_pretrained in
 that both sides load. Documents: ``--documents`` generated texts (words drawn from the demo's
 data, 50 to 800 words each, seeded), so most take one or two 512-token windows.
 
-Two comparisons, each side in a fresh process so that neither reuses the other's imports or
-memory, each the best of ``--repeats``:
+Two comparisons, each the best of ``--repeats`` rounds in which the two sides take turns (on a
+shared machine, the load then weighs on both alike):
 
-- **computation**: the model loaded, the documents in memory. Ours: what ``catwalk::predict``
+- **computation**: in one process, both models loaded, the documents in memory. Ours: what ``catwalk::predict``
   runs for a perplexity task (``document_queries`` + ``score_queries``, ``max_batch_size=32``);
   lm-evaluation-harness: ``HFLM(batch_size=32).loglikelihood_rolling`` on the same strings.
-- **end to end**: from a JSONL file to the metrics, model loading included. Ours:
+- **end to end**: each run a fresh process, from a JSONL file to the metrics, imports and model
+  loading included. Ours:
   ``catwalk::predict`` + ``catwalk::calculate_metrics`` on ``{type: "perplexity"}``;
   lm-evaluation-harness: ``simple_evaluate`` with ``hf`` on a task YAML reading the same file.
 
@@ -105,41 +106,50 @@ def end_to_end_lm_eval(model: Path, data: Path, directory: Path):
 
 
 def child(args) -> None:
-    """One side of one comparison, in this (fresh) process; prints its seconds and numbers."""
+    """In this (fresh) process: the computation comparison's rounds, or one end-to-end run of one
+    side; prints seconds and numbers as JSON."""
     directory = Path(args.directory)
-    texts = [json.loads(line)["text"] for line in (directory / "documents.jsonl").read_text().splitlines()]
-    if args.side.startswith("computation"):
-        run = (computation_ours if args.side.endswith("ours") else computation_lm_eval)(directory / "model", texts)
-        run()  # warm up
-        best, values = float("inf"), None
+    if args.side == "computation":
+        texts = [json.loads(line)["text"] for line in (directory / "documents.jsonl").read_text().splitlines()]
+        sides = {"ours": computation_ours(directory / "model", texts),
+                 "lm_eval": computation_lm_eval(directory / "model", texts)}
+        values = {name: run() for name, run in sides.items()}  # warm up
+        best = {name: float("inf") for name in sides}
         for _ in range(args.repeats):
-            start = time.perf_counter()
-            values = run()
-            best = min(best, time.perf_counter() - start)
-    else:
-        start = time.perf_counter()
-        side = end_to_end_ours if args.side.endswith("ours") else end_to_end_lm_eval
-        values = side(directory / "model", directory / "documents.jsonl", directory)
-        best = time.perf_counter() - start
-    print(json.dumps({"seconds": best, "values": values}))
+            for name, run in sides.items():
+                start = time.perf_counter()
+                values[name] = run()
+                best[name] = min(best[name], time.perf_counter() - start)
+        print(json.dumps({name: {"seconds": best[name], "values": values[name]} for name in sides}))
+        return
+    side = end_to_end_ours if args.side == "end_to_end_ours" else end_to_end_lm_eval
+    print(json.dumps({"values": side(directory / "model", directory / "documents.jsonl", directory)}))
 
 
-def run_side(directory: Path, side: str, repeats: int):
+def run_child(directory: Path, side: str, repeats: int):
     command = [sys.executable, __file__, "--child", side, "--directory", str(directory), "--repeats", str(repeats)]
-    if side.startswith("end_to_end"):  # the whole process: imports and start-up count
-        start = time.perf_counter()
-        out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-        result = json.loads(out.strip().splitlines()[-1])
-        result["seconds"] = time.perf_counter() - start
-        return result
+    start = time.perf_counter()
     out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return json.loads(out.strip().splitlines()[-1]), time.perf_counter() - start
+
+
+def compare(directory: Path, comparison: str, repeats: int):
+    """``{side: {"seconds": best, "values": ...}}``; end to end, each run's whole process is timed."""
+    if comparison == "computation":
+        return run_child(directory, "computation", repeats)[0]
+    results = {}
+    for _ in range(repeats):
+        for name in ("ours", "lm_eval"):
+            result, seconds = run_child(directory, f"end_to_end_{name}", repeats)
+            best = min(results.get(name, {}).get("seconds", float("inf")), seconds)
+            results[name] = {"seconds": best, "values": result["values"]}
+    return results
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--documents", type=int, default=24)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--documents", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--child")
     parser.add_argument("--directory")
@@ -166,8 +176,8 @@ def main() -> None:
         print("| comparison | ours (s) | lm-eval (s) | ours / lm-eval | largest relative difference |")
         print("|---|---|---|---|---|")
         for comparison in ("computation", "end_to_end"):
-            ours = run_side(directory, f"{comparison}_ours", args.repeats)
-            theirs = run_side(directory, f"{comparison}_lm_eval", args.repeats)
+            results = compare(directory, comparison, args.repeats)
+            ours, theirs = results["ours"], results["lm_eval"]
             a, b = ours["values"], theirs["values"]
             pairs = zip(a, b) if isinstance(a, list) else [(a, b)]
             difference = max(abs(x - y) / abs(y) for x, y in pairs)

@@ -102,7 +102,8 @@ def test_encoder_decoder_perplexity_is_refused(tmp_path):
     config = {"model_type": "t5", "is_encoder_decoder": True, "vocab_size": 489, "d_model": 16, "num_layers": 1}
     (directory / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigurationError, match="encoder-decoder model: loglikelihood_rolling requests"):
-        PredictStep(model=f"rc::{directory}", task=documents_task()).run(model=f"rc::{directory}", task=documents_task())
+        spec, task = f"rc::{directory}", documents_task()
+        PredictStep(model=spec, task=task).run(model=spec, task=task)
 
 
 def test_metrics_are_lm_evaluation_harness_weighted_perplexities():
@@ -159,6 +160,7 @@ def test_batch_size_does_not_change_perplexity(by_batch_size):
 
 
 @pytest.mark.ddp
+@pytest.mark.full  # 2 spawned workers: ~30 s; the worker pool is the one multiple choice tests by default
 def test_two_workers_give_the_one_worker_perplexity(by_batch_size, tmp_path):
     step = PredictStep(model=TINY_MODEL, task=documents_task(), device="cpu", device_count=2, step_name="predict")
     assert step.unique_id == by_batch_size[32][0].unique_id
@@ -199,7 +201,7 @@ def test_greedy_flag_holds_for_the_models_own_continuation_only():
         best = int(lm(torch.tensor([context])).logits[0, -1].argmax())
         then = int(lm(torch.tensor([context + (best,)])).logits[0, -1].argmax())
     other = (then + 1) % lm.config.vocab_size
-    queries = [Query(context, (best, then)), Query(context, (best, other)), Query(context, (other,)), Query(context, (best,))]
+    queries = [Query(context, continuation) for continuation in ((best, then), (best, other), (other,), (best,))]
     results = score_queries(lm, queries, pad_token_id=0, max_length=64, max_batch_size=8, max_batch_tokens=4096,
                             greedy=True)
     assert [greedy for _, greedy in results] == [True, False, False, True]

@@ -203,6 +203,8 @@ def generate_greedy(
     Requests whose index is in ``known`` are not generated again. ``on_batch`` receives each
     batch's ``(index, generation)`` pairs, and ``progress`` (a tqdm bar) advances by its size.
     """
+    if cache_keyword(lm) is None:
+        raise TypeError(f"{type(lm).__name__}.forward takes no key/value cache: it cannot generate here")
     results: Dict[int, Dict[str, object]] = dict(known or {})
     windows = {i: requests[i].window(max_length) for i in range(len(requests)) if i not in results}
     order = sorted(windows, key=lambda i: (-len(windows[i]), i))

@@ -14,7 +14,9 @@ from ..models.scoring import Query, encode_pair
 from ..tasks.instance import DocumentInstance, TargetInstance
 
 
-def document_queries(tokenizer, documents: Sequence[DocumentInstance], max_length: int) -> Tuple[List[Query], List[int]]:
+def document_queries(
+    tokenizer, documents: Sequence[DocumentInstance], max_length: int
+) -> Tuple[List[Query], List[int]]:
     """Every document's rolling windows, in document order, and the document of each window."""
     queries: List[Query] = []
     document_of: List[int] = []
@@ -26,7 +28,8 @@ def document_queries(tokenizer, documents: Sequence[DocumentInstance], max_lengt
 
 
 def perplexity_records(
-    documents: Sequence[DocumentInstance], queries: Sequence[Query], document_of: Sequence[int], logliks: Sequence[float]
+    documents: Sequence[DocumentInstance], queries: Sequence[Query], document_of: Sequence[int],
+    logliks: Sequence[float],
 ) -> List[Dict[str, Any]]:
     """One JSON-safe record per document: its id, summed log-likelihood, the tokens scored (the
     windows' continuations), and its words and bytes (counted on the original document)."""

@@ -1,6 +1,6 @@
 """``{type: "lm_eval", task: "<name>"}``: any lm-evaluation-harness multiple-choice,
-``generate_until``, ``loglikelihood_rolling`` or ``loglikelihood`` task as our instances, built by lm-evaluation-harness's own code, so its
-hundreds of maintained prompts need no copy here.
+``generate_until``, ``loglikelihood_rolling`` or ``loglikelihood`` task as our instances, built
+by lm-evaluation-harness's own code, so its hundreds of maintained prompts need no copy here.
 
 Each document becomes an :class:`MCInstance` whose context is lm-evaluation-harness's
 ``fewshot_context`` (description, ``num_shots`` demonstrations drawn by its sampler from its

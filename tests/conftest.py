@@ -25,7 +25,7 @@ def pytest_collection_modifyitems(config, items):
         return
     skip = pytest.mark.skip(reason="a full-matrix test: run with `python -m pytest --full`")
     for item in items:
-        if "full" in item.keywords:
+        if item.get_closest_marker("full") is not None:  # not keywords: they hold parameter ids too
             item.add_marker(skip)
 
 
@@ -52,3 +52,27 @@ def write_jsonl(path: Path, rows) -> Path:
 
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
+
+
+#: What a worker imports before its first line of work: the training and prediction loops, the
+#: demo's model code, and the adapters library.
+WORKER_MODULES = ["catwalk_steps.training.loop", "catwalk_steps.prediction.workers",
+                  "transformers.models.gpt2.modeling_gpt2", "peft"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def workers_forked_from_a_preloaded_server(tango_logging):
+    """Workers launched in this process fork from one server that imported torch, transformers and
+    our loops once, instead of each spawning an interpreter that imports them anew (about 5 s of
+    CPU per worker, 2 workers per launch, dozens of launches). The server starts here, after Tango's
+    logging set the environment its children inherit. `tango run` subprocesses keep the default."""
+    import multiprocessing
+    import multiprocessing.forkserver
+
+    from catwalk_steps.distributed import launch
+
+    multiprocessing.set_forkserver_preload(WORKER_MODULES)
+    multiprocessing.forkserver.ensure_running()
+    launch.START_METHOD = "forkserver"
+    yield
+    launch.START_METHOD = "spawn"

@@ -33,7 +33,7 @@ def evaluate(step, task, workspace):
 
 
 @pytest.mark.ddp
-@pytest.mark.parametrize("kind", ["lora", "ia3"])
+@pytest.mark.parametrize("kind", ["lora", pytest.param("ia3", marks=pytest.mark.full)])
 def test_adapters_train_cache_reload_and_score_on_one_and_two_workers(tiny_task, tmp_path, kind):
     results = {}
     for device_count in (1, 2):

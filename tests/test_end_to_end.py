@@ -159,6 +159,7 @@ def test_a_config_run_after_the_command_line_trains_nothing(tmp_path):
 
 
 @pytest.mark.ddp
+@pytest.mark.full
 def test_two_process_run_gives_the_same_metrics_and_cache_key(first_run, tmp_path):
     workspace, _ = first_run
     tango_run("configs/piqa_tiny_ddp.jsonnet", tmp_path / "ddp", "ddp")
@@ -177,6 +178,7 @@ def test_two_process_run_gives_the_same_metrics_and_cache_key(first_run, tmp_pat
     assert (workspace / "cache" / ddp_model.name / "cache-metadata.json").exists()
 
 
+@pytest.mark.full
 def test_another_config_reuses_the_fine_tuned_model(first_run):
     workspace, _ = first_run
     output = tango_run("configs/tools_tiny_transfer.jsonnet", workspace, "transfer")
@@ -194,6 +196,7 @@ def sequential_sweep(tmp_path_factory):
     return workspace, time.perf_counter() - started
 
 
+@pytest.mark.full
 def test_offline_sweep_fills_every_cell_of_its_table_and_charts_it(sequential_sweep):
     workspace, _ = sequential_sweep
     table = LocalWorkspace(workspace).step_result_for_run("sweep", "table")
@@ -218,6 +221,7 @@ def test_offline_sweep_fills_every_cell_of_its_table_and_charts_it(sequential_sw
     assert (exported / "acc.png").read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.full
 def test_four_concurrent_processes_compute_every_step_once(sequential_sweep, tmp_path):
     """Four tasks of examples/sweep_task.sh (a Slurm job array's, on one machine here) share
     one workspace, each computing every 4th metrics step and what it needs; then the table."""
@@ -262,6 +266,7 @@ CORE_SUITE = {"piqa", "arc_easy", "arc_challenge", "openbookqa", "hellaswag", "c
               "commonsense_qa", "social_iqa", "mmlu"}
 
 
+@pytest.mark.full
 def test_core_suite_zero_and_five_shot_in_one_table_with_macro_averages(tmp_path):
     output = tango_run("configs/core_tiny.jsonnet", tmp_path / "core", "core")
     workspace = LocalWorkspace(tmp_path / "core")

@@ -1,5 +1,7 @@
 """FSDP (torch's fully_shard) on 2 gloo processes: the model DDP trains, and resumable."""
 
+import shutil
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -32,7 +34,8 @@ def ddp(tmp_path_factory):
     return task, finetune(task, "ddp").result(LocalWorkspace(tmp_path_factory.mktemp("ddp")))
 
 
-@pytest.mark.parametrize("adapter", [None, {"type": "lora", "r": 4}], ids=["full", "lora"])
+@pytest.mark.parametrize("adapter", [None, pytest.param({"type": "lora", "r": 4}, marks=pytest.mark.full)],
+                         ids=["full", "lora"])
 def test_fsdp_trains_the_model_ddp_trains(ddp, tmp_path, adapter):
     task, reference = ddp
     if adapter is not None:
@@ -47,19 +50,38 @@ def test_fsdp_trains_the_model_ddp_trains(ddp, tmp_path, adapter):
     assert sharded.training_metrics["val_acc"] == reference.training_metrics["val_acc"]
 
 
+@pytest.fixture(scope="module")
+def interrupted(ddp, tmp_path_factory):
+    """``interrupted(strategy, device_count)``: a workspace whose run with those settings failed at
+    step 5, after its checkpoint of step 4; one run per setting, copied by each test that resumes it."""
+    task, _ = ddp
+    runs = {}
+
+    def run(strategy: str, device_count: int) -> Path:
+        if (strategy, device_count) not in runs:
+            directory = tmp_path_factory.mktemp(f"interrupted-{strategy}x{device_count}")
+            with pytest.raises(Exception, match="interrupted at step 5"):
+                finetune(task, strategy, device_count, callbacks=[Lazy(Interrupt, at=5)]).result(
+                    LocalWorkspace(directory))
+            runs[strategy, device_count] = directory
+        return runs[strategy, device_count]
+
+    return run
+
+
+@pytest.mark.full
 @pytest.mark.parametrize(
     "first, then",
     [(("fsdp", 2), ("fsdp", 2)), (("fsdp", 2), ("ddp", 2)), (("fsdp", 2), ("ddp", 1)), (("ddp", 2), ("fsdp", 2)),
      (("ddp", 1), ("fsdp", 2))],
     ids=lambda run: f"{run[0]}x{run[1]}",
 )
-def test_sharded_checkpoints_resume_under_either_strategy_on_any_worker_count(ddp, tmp_path, first, then):
+def test_sharded_checkpoints_resume_under_either_strategy_on_any_worker_count(ddp, interrupted, tmp_path, first,
+                                                                             then):
     task, reference = ddp
-    workspace = LocalWorkspace(tmp_path)
-    interrupted = finetune(task, *first, callbacks=[Lazy(Interrupt, at=5)])
-    with pytest.raises(Exception, match="interrupted at step 5"):
-        interrupted.result(workspace)
-    (checkpoint,) = (workspace.work_dir(interrupted) / "checkpoints").glob("step-0000004")
+    shutil.copytree(interrupted(*first), tmp_path / "ws")
+    workspace = LocalWorkspace(tmp_path / "ws")
+    (checkpoint,) = (workspace.work_dir(finetune(task, *first)) / "checkpoints").glob("step-0000004")
     # Each worker wrote its own shards (under DDP the replicas' tensors are written once).
     assert len(list(checkpoint.glob("*.distcp"))) == first[1]
     resumed = finetune(task, *then).result(workspace)

@@ -45,12 +45,22 @@ def run_config(tmp_path: Path, name: str, **settings) -> Path:
     return config
 
 
+@pytest.fixture(scope="module")
+def one_node(tmp_path_factory) -> Path:
+    """The workspace of one node with two workers training the model, as `tango run` does."""
+    directory = tmp_path_factory.mktemp("one-node")
+    config = run_config(directory, "one", nodes=1, device_count=2, device="cpu")
+    subprocess.run([TANGO, "run", str(config), "-w", str(directory / "ws1")], cwd=REPO, env=ENV, check=True,
+                   capture_output=True)
+    return directory / "ws1"
+
+
 @pytest.mark.e2e
 @pytest.mark.ddp
+@pytest.mark.full
 @pytest.mark.parametrize("launcher", ["join first", "slurm node script, node 0 first"])
-def test_two_nodes_train_the_model_of_one_node_with_two_workers(tmp_path, launcher):
+def test_two_nodes_train_the_model_of_one_node_with_two_workers(tmp_path, launcher, one_node):
     two_nodes = run_config(tmp_path, "nodes", nodes=2, device_count=1, device="cpu")
-    one_node = run_config(tmp_path, "one", nodes=1, device_count=2, device="cpu")
     if launcher == "join first":  # any node may start first
         node0 = [TANGO, "run", str(two_nodes), "-w", str(tmp_path / "ws2")]
         node1 = [sys.executable, "-m", "catwalk_steps.join", str(two_nodes), "finetune", "-w", str(tmp_path / "ws2")]
@@ -64,11 +74,9 @@ def test_two_nodes_train_the_model_of_one_node_with_two_workers(tmp_path, launch
     for process, output in zip(processes, outputs):
         assert process.returncode == 0, output[-3000:]
     assert "finetune succeeded" in outputs[0 if launcher == "join first" else 1]
-    subprocess.run([TANGO, "run", str(one_node), "-w", str(tmp_path / "ws1")], cwd=REPO, env=ENV, check=True,
-                   capture_output=True)
-    a, b = weights_of(tmp_path / "ws2"), weights_of(tmp_path / "ws1")
+    a, b = weights_of(tmp_path / "ws2"), weights_of(one_node)
     assert [p.name for p in (tmp_path / "ws2" / "cache").glob("FinetuneStep-*")] == [
-        p.name for p in (tmp_path / "ws1" / "cache").glob("FinetuneStep-*")
+        p.name for p in (one_node / "cache").glob("FinetuneStep-*")
     ]  # the same cache key
     # 1 node of 2 workers and 2 nodes of 1 run the same micro-batches with the same dropout
     # masks and sum the same gradients over the same group: the README's 1e-4 across device counts.
@@ -111,6 +119,7 @@ class KillOnce(TrainCallback):
 
 @pytest.mark.ddp
 @pytest.mark.fault
+@pytest.mark.full
 def test_a_killed_worker_is_restarted_and_resumes_to_the_uninterrupted_result(tmp_path):
     task = PiqaTask(data_files=PIQA["data_files"])
     common = dict(TRAINING, tasks=[task], device="cpu", device_count=2, step_name="finetune")

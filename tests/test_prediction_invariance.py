@@ -105,7 +105,8 @@ def _kill_worker_once_it_scored(journal, entries: int, killed: list) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if journal.exists() and len(journal.read_text().splitlines()) > entries:
-            workers = [p for p in multiprocessing.active_children() if p.name.startswith("SpawnProcess-")]
+            workers = [p for p in multiprocessing.active_children()
+                       if p.name.startswith(("SpawnProcess-", "ForkServerProcess-"))]  # see conftest
             worker = max(workers, key=lambda p: int(p.name.split("-")[1]))  # rank 1: started last
             os.kill(worker.pid, signal.SIGKILL)
             killed.append(worker.pid)
@@ -115,6 +116,7 @@ def _kill_worker_once_it_scored(journal, entries: int, killed: list) -> None:
 
 @pytest.mark.ddp
 @pytest.mark.fault
+@pytest.mark.full
 def test_a_killed_worker_fails_the_step_and_a_rerun_resumes_every_shard(
     one_worker, tiny_task, tmp_path, monkeypatch
 ):

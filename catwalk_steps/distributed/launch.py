@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 #: The workers' function: ``fn(rank, world_size, device, *args)``.
 WorkerFn = Callable[..., None]
 
+#: How the workers' processes start: "spawn", a fresh interpreter each, importing torch and the
+#: model code anew (seconds per worker). The test suite, which launches dozens of times in one
+#: process, sets "forkserver" with those modules preloaded (tests/conftest.py).
+START_METHOD = "spawn"
+
 
 class WorkerFailedError(RuntimeError):
     """A worker of a launch failed; the message holds its traceback (or the signal that killed it)."""
@@ -79,7 +84,7 @@ def launch(
         rdzv_configs={"is_host": nodes.is_host, "join_timeout": nodes.join_timeout},
         max_restarts=max_restarts,
         monitor_interval=0.1,
-        start_method="spawn",
+        start_method=START_METHOD,
     )
     with tempfile.TemporaryDirectory(prefix="catwalk-failures-") as reports:
         try:

@@ -6,8 +6,9 @@ memory, at GPT-2 shapes with random weights (the GPT-2 tokenizer from the `gpt3-
 
 Scoring: the same PIQA-shaped and HellaSwag-like queries through our scorer (score_queries) and
 lm-evaluation-harness's HFLM, both in bfloat16 on the GPU, at gpt2-small and gpt2-large shapes;
-queries/s and the largest difference of their log-likelihoods. Fine-tuning (gpt2-large shape,
-bf16-mixed, 1 GPU): examples/s and peak GPU memory, full and LoRA (r=16).
+queries/s and the largest difference of their log-likelihoods, and each one's largest difference
+from ours in float32 (which of the two bf16 scorers strays, and how far). Fine-tuning (gpt2-large
+shape, bf16-mixed, 1 GPU): examples/s and peak GPU memory, full and LoRA (r=16).
 """
 
 import argparse
@@ -38,13 +39,17 @@ def scoring(shape: str, count: int) -> None:
         directory = _build(Path(tmp), shape)
         spec = ModelSpec(str(directory))
         tokenizer, lm = spec.load_tokenizer(), spec.load_model(torch.bfloat16).cuda().eval()
+        reference_lm = spec.load_model(torch.float32).cuda().eval()
         harness = lm_eval_scorer(directory, device="cuda", dtype="bfloat16")
         for data, instances in datasets(count).items():
             pairs = [(c, x) for c, xs in instances for x in xs]
             ours_rate, ours_values = rate(ours, lm, tokenizer, pairs)
             their_rate, their_values = rate(harness, lm, tokenizer, pairs)
-            diff = max(abs(a - b) for a, b in zip(ours_values, their_values))
-            print(f"| {shape} | {data} | {ours_rate:.0f} | {their_rate:.0f} | {ours_rate / their_rate:.2f}x | {diff:.3g} |")
+            reference = ours(reference_lm, tokenizer, pairs)
+            diff, ours_error, their_error = (max(abs(a - b) for a, b in zip(x, y)) for x, y in (
+                (ours_values, their_values), (ours_values, reference), (their_values, reference)))
+            print(f"| {shape} | {data} | {ours_rate:.0f} | {their_rate:.0f} | {ours_rate / their_rate:.2f}x "
+                  f"| {diff:.3g} | {ours_error:.3g} | {their_error:.3g} |")
 
 
 def _build(directory: Path, shape: str) -> Path:
@@ -86,8 +91,9 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("benchmarks/gpu.py needs a CUDA device")
     print(f"GPU: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
-    print("\n| shape | data | ours queries/s | lm-eval queries/s | ours / lm-eval | max abs diff in loglik |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("\n| shape | data | ours queries/s | lm-eval queries/s | ours / lm-eval | max abs diff in loglik "
+          "| ours vs float32 | lm-eval vs float32 |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for shape in ("gpt2-small", "gpt2-large"):
         scoring(shape, args.count)
     print("\n| shape | fine-tuning | examples/s (incl. start, validation) | peak GPU GiB |")

@@ -299,7 +299,7 @@ def training_table(directory: Path, epochs: int, limit: int, batch_size: int = 1
     from tango.workspaces import LocalWorkspace
 
     from catwalk_steps import FinetuneStep
-    from catwalk_steps.steps.finetune import tokenized_examples
+    from catwalk_steps.training.preparation import tokenized_examples
     from catwalk_steps.models.loading import ModelSpec
 
     spec, lr = ModelSpec(str(directory)), 1e-4

@@ -32,7 +32,7 @@ from catwalk_steps import FinetuneStep, PiqaTask
 task = PiqaTask(data_files={{"train": "{repo}/data/tiny/train.jsonl", "validation": "{repo}/data/tiny/validation.jsonl"}})
 step = FinetuneStep(model="rc::{model}", tasks=[task], strategy="fsdp", device="cpu", device_count=2, batch_size=4,
                     micro_batch_size=2, train_limit={examples}, validation_limit=4, validate_every=1, train_epochs=1,
-                    learning_rate=1e-5, step_name="medium")
+                    learning_rate=1e-5, step_name="medium"{options})
 step.result(LocalWorkspace("{workspace}"))
 """
 
@@ -66,10 +66,11 @@ def sample(root, peaks: dict, running: list) -> None:
         time.sleep(0.02)
 
 
-def measure(checkout: Path, model: Path, workspace: Path, steps: int) -> dict:
+def measure(checkout: Path, model: Path, workspace: Path, steps: int, shared_context: bool = True) -> dict:
     import psutil
 
-    script = RUN.format(repo=REPO, model=model, examples=4 * steps, workspace=workspace)
+    options = "" if shared_context else ", shared_context=False"  # the default, also where the option is older
+    script = RUN.format(repo=REPO, model=model, examples=4 * steps, workspace=workspace, options=options)
     env = {**os.environ, "PYTHONPATH": str(checkout), "OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-c", script], cwd=checkout, env=env)
@@ -93,6 +94,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", type=Path, help="another checkout to measure in the same run")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--without-shared-context", action="store_true",
+                        help="also measure this checkout with shared_context=false (see docs/benchmarks.md)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         parameters = build_model(Path(tmp) / "model")
@@ -102,9 +105,11 @@ def main() -> None:
         print("| checkout | worker peaks GiB | step's process GiB | largest worker / full state "
               "| largest / smallest worker | entry / weights | s |")
         print("| --- | --- | --- | --- | --- | --- | --- |")
-        runs = [("this", REPO)] + ([("before", args.before)] if args.before else [])
-        for name, checkout in runs:
-            result = measure(checkout, Path(tmp) / "model", Path(tmp) / f"ws-{name}", args.steps)
+        runs = [("this", REPO, True)]
+        runs += [("this, shared_context=false", REPO, False)] if args.without_shared_context else []
+        runs += [("before", args.before, True)] if args.before else []
+        for number, (name, checkout, shared_context) in enumerate(runs):
+            result = measure(checkout, Path(tmp) / "model", Path(tmp) / f"ws-{number}", args.steps, shared_context)
             workers = result["workers"]
             print(f"| {name} | {', '.join(f'{p / GiB:.2f}' for p in workers)} | {result['parent'] / GiB:.2f} "
                   f"| {workers[0] / full_state:.2f}x | {workers[0] / workers[-1]:.2f}x "

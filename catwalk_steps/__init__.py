@@ -9,6 +9,8 @@ from . import tango_fixes  # noqa: F401  (patches Tango; must come first)
 from .models.finetuned import FinetunedModel, FinetunedModelFormat
 from .steps import (
     CalculateMetricsStep,
+    CompareStep,
+    ExportDiffStep,
     ExportPredictionsStep,
     FinetuneStep,
     PredictStep,
@@ -16,11 +18,13 @@ from .steps import (
     TabulateMetricsStep,
 )
 from .storage.atomic import AtomicJsonFormat
-from .tasks import MCInstance, MultipleChoiceTask, PiqaTask
+from .tasks import MCInstance, MultipleChoiceTask, PiqaTask, Task
 
 __all__ = [
     "AtomicJsonFormat",
     "CalculateMetricsStep",
+    "CompareStep",
+    "ExportDiffStep",
     "ExportPredictionsStep",
     "FinetuneStep",
     "FinetunedModel",
@@ -31,4 +35,5 @@ __all__ = [
     "PredictStep",
     "PrintMetricsStep",
     "TabulateMetricsStep",
+    "Task",
 ]

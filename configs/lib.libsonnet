@@ -22,12 +22,22 @@ local suites = import "suites.libsonnet";
   // row's predictions and the table are also written there (and, with `chart` set to a metric
   // such as "acc", a PNG of it), by catwalk::export_predictions. `training` ({run name: finetune
   // step name}) adds training.png: each fine-tuned model's training loss and validation accuracy.
-  report(rows, key_columns=["run"], average_over=null, output_dir=null, chart=null, training=null):: {
+  // `replicates` (a key column, "seed") adds each setting's mean, sd, min and max over it;
+  // `baseline` (a row name without its task and replicate parts) compares every other row of the
+  // same task with it, paired on the instances (README: Comparisons). `diffs` ({name: [baseline
+  // row, candidate row]}) writes each pair's changed instances to output_dir/diffs/<name>.
+  report(rows, key_columns=["run"], average_over=null, output_dir=null, chart=null, training=null,
+         baseline=null, replicates=null, diffs={}):: {
     table: {
       type: "catwalk::tabulate_metrics",
       metrics: { [row]: $.ref(rows[row]) for row in std.objectFields(rows) },
       key_columns: key_columns,
-    } + (if average_over == null then {} else { average_over: average_over }),
+    } + (if average_over == null then {} else { average_over: average_over })
+    + (if replicates == null then {} else { replicates: replicates })
+    + (if baseline == null then {} else {
+      baseline: baseline,
+      predictions: { [row]: $.ref($.predictions_of(rows[row])) for row in std.objectFields(rows) },
+    }),
     results: { type: "catwalk::print_metrics", table: $.ref("table") },
   } + (if output_dir == null then {} else {
     export: {
@@ -39,6 +49,16 @@ local suites = import "suites.libsonnet";
     } + (if training == null then {} else {
       training: { [run]: $.ref(training[run]) for run in std.objectFields(training) },
     }),
+  } + {
+    ["diff_" + name]: {
+      type: "catwalk::export_diff",
+      output_dir: output_dir + "/diffs/" + name,
+      baseline: $.ref($.predictions_of(rows[diffs[name][0]])),
+      candidate: $.ref($.predictions_of(rows[diffs[name][1]])),
+      baseline_name: diffs[name][0],
+      candidate_name: diffs[name][1],
+    }
+    for name in std.objectFields(diffs)
   }),
 
   // Every task of the named suite (suites.libsonnet) scored by every model of `models`
@@ -72,15 +92,54 @@ local suites = import "suites.libsonnet";
 
   // Fine-tune `model` on `task`, and score it before and after. `finetune` holds
   // catwalk::finetune's other settings, `predict` catwalk::predict's; `output_dir` as in `report`.
-  finetune_and_evaluate(name, model, task, finetune, output_dir=null, predict={})::
+  // `baseline` (a run of the table: "<name>/zero-shot") compares the other run with it in the
+  // table and, with `output_dir`, writes the instances that changed to its diffs/.
+  finetune_and_evaluate(name, model, task, finetune, output_dir=null, predict={}, baseline=null)::
+    local runs = { [name + "/zero-shot"]: "metrics_zero_shot", [name + "/fine-tuned"]: "metrics_finetuned" };
+    local other = [run for run in std.objectFields(runs) if run != baseline];
+    assert baseline == null || std.objectHas(runs, baseline) : "baseline must be one of " + std.join(", ", std.objectFields(runs));
     { finetune: { type: "catwalk::finetune", model: model, tasks: [task] } + finetune }
     + $.evaluate("zero_shot", model, task, predict)
     + $.evaluate("finetuned", $.ref("finetune"), task, predict)
     + $.report(
-      { [name + "/zero-shot"]: "metrics_zero_shot", [name + "/fine-tuned"]: "metrics_finetuned" },
+      runs,
       output_dir=output_dir,
       training={ [name + "/fine-tuned"]: "finetune" },
+      baseline=baseline,
+      diffs=if baseline == null then {} else {
+        [std.strReplace(other[0], name + "/", "") + "_vs_" + std.strReplace(baseline, name + "/", "")]: [baseline, other[0]],
+      },
     ),
+
+  // What `python -m catwalk_steps.train` builds: fine-tune `model` on every task of `tasks`
+  // ({name: task config}) at once, score the stock and the fine-tuned model on each task's
+  // `splits[name]` (default "validation"), and compare them, paired, in one table.
+  finetune_and_evaluate_tasks(model, tasks, finetune, predict={}, splits={}, output_dir=null)::
+    local names = std.objectFields(tasks);
+    local split(t) = { split: if std.objectHas(splits, t) then splits[t] else "validation" };
+    { finetune: { type: "catwalk::finetune", model: model, tasks: [tasks[t] for t in names] } + finetune }
+    + std.foldl(function(acc, t) acc
+      + $.evaluate("zero_shot_" + t, model, tasks[t], split(t) + predict)
+      + $.evaluate("finetuned_" + t, $.ref("finetune"), tasks[t], split(t) + predict), names, {})
+    + $.report(
+      { [t + "/zero-shot"]: "metrics_zero_shot_" + t for t in names }
+      + { [t + "/fine-tuned"]: "metrics_finetuned_" + t for t in names },
+      ["task", "run"],
+      output_dir=output_dir,
+      training={ "fine-tuned": "finetune" },
+      baseline="zero-shot",
+    ),
+
+  // What `python -m catwalk_steps.evaluate` builds: every model of `models` ({name: spec}) on
+  // every task of `tasks`, in one table; with `baseline` (a model's name) compared with it.
+  evaluate_tasks(models, tasks, predict={}, splits={}, output_dir=null, baseline=null)::
+    local runs = [{ model: m, task: t, step: m + "_" + t } for m in std.objectFields(models) for t in std.objectFields(tasks)];
+    std.foldl(function(acc, r) acc + $.evaluate(
+      r.step, models[r.model], tasks[r.task],
+      { split: if std.objectHas(splits, r.task) then splits[r.task] else "validation" } + predict,
+    ), runs, {})
+    + $.report({ [r.task + "/" + r.model]: "metrics_" + r.step for r in runs }, ["task", "model"],
+               output_dir=output_dir, baseline=baseline),
 
   // The cross product of `models` x `train_tasks` x `seeds` x `learning_rates` (models and
   // tasks are objects: name -> spec or task config), each fine-tuned model and each stock model
@@ -89,7 +148,11 @@ local suites = import "suites.libsonnet";
   // `output_dir` and `chart` as in `report` (training.png draws every fine-tuned model's curves);
   // `predict` holds catwalk::predict's other settings. With an `optimizer` in `finetune`, each
   // learning rate goes into it as `lr` (else into `learning_rate`, the default optimizer's).
-  sweep(models, train_tasks, eval_tasks, seeds, learning_rates, finetune, output_dir=null, chart="acc", predict={})::
+  // `seed_spread: true` (several seeds) adds each setting's mean, sd, min and max over its seeds;
+  // `baseline` (a row without its task: "tiny/zero-shot/-/-", model/finetuned_on/seed/lr; under
+  // seed_spread without its seed too: "tiny/zero-shot/-") compares every row with it, as in `report`.
+  sweep(models, train_tasks, eval_tasks, seeds, learning_rates, finetune, output_dir=null, chart="acc", predict={},
+        seed_spread=false, baseline=null)::
     local grid = [
       { model: m, train: t, seed: s, lr: lr, name: std.format("%s-%s-seed%d-lr%g", [m, t, s, lr]) }
       for m in std.objectFields(models)
@@ -120,5 +183,7 @@ local suites = import "suites.libsonnet";
       output_dir=output_dir,
       chart=chart,
       training={ [g.name]: "finetune_" + g.name for g in grid },
+      replicates=if seed_spread then "seed" else null,
+      baseline=baseline,
     ),
 }

@@ -12,7 +12,7 @@ from catwalk_steps import CalculateMetricsStep, FinetuneStep, PredictStep
 from catwalk_steps.models import streaming
 from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.models.rank_classification import RankClassificationCollator, RankClassificationModel
-from catwalk_steps.steps.finetune import tokenized_examples
+from catwalk_steps.training.preparation import tokenized_examples
 
 from .conftest import NO_DROPOUT, TINY, TINY_MODEL
 

@@ -8,7 +8,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import List
+from typing import List, Sequence
 
 import pytest
 from tango.workspaces import LocalWorkspace
@@ -38,9 +38,15 @@ def tango_run(config: str, workspace: Path, name: str, *options: str) -> str:
     return done.stdout + done.stderr
 
 
-def export_to(directory: Path) -> List[str]:
-    """Options that send catwalk::export_predictions's files to ``directory``, not the repository."""
-    return ["-o", json.dumps({"steps.export.output_dir": str(directory)})]
+DEMO_DIFF = "diff_fine-tuned_vs_zero-shot"
+
+
+def export_to(directory: Path, diffs: Sequence[str] = ()) -> List[str]:
+    """Options that send catwalk::export_predictions's files (and those of the ``diffs``,
+    catwalk::export_diff steps) to ``directory``, not the repository."""
+    overrides = {"steps.export.output_dir": str(directory)}
+    overrides.update({f"steps.{diff}.output_dir": str(directory / "diffs" / diff) for diff in diffs})
+    return ["-o", json.dumps(overrides)]
 
 
 def started_steps(output: str) -> List[str]:
@@ -58,7 +64,9 @@ def metrics(workspace: Path, run: str):
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory):
     workspace = tmp_path_factory.mktemp("e2e") / "workspace"
-    output = tango_run("configs/piqa_tiny.jsonnet", workspace, "first", *export_to(workspace.parent / "results"))
+    output = tango_run(
+        "configs/piqa_tiny.jsonnet", workspace, "first", *export_to(workspace.parent / "results", [DEMO_DIFF])
+    )
     return workspace, output
 
 
@@ -87,10 +95,67 @@ def test_demo_exports_predictions_and_table_where_the_config_says(first_run):
 
 def test_second_run_is_all_cache_hits(first_run):
     workspace, _ = first_run
-    output = tango_run("configs/piqa_tiny.jsonnet", workspace, "second", *export_to(workspace.parent / "results"))
-    assert sorted(started_steps(output)) == ["export", "results"]  # the uncached table and files only
+    output = tango_run(
+        "configs/piqa_tiny.jsonnet", workspace, "second", *export_to(workspace.parent / "results", [DEMO_DIFF])
+    )
+    assert sorted(started_steps(output)) == [DEMO_DIFF, "export", "results"]  # the uncached table and files only
     assert "Training" not in output
     assert metrics(workspace, "second") == metrics(workspace, "first")
+
+
+def test_demo_compares_fine_tuned_with_zero_shot_and_lists_the_changed_questions(first_run):
+    workspace, output = first_run
+    assert "Δ acc [95% CI]" in output and "Holm-corrected" in output
+    table = LocalWorkspace(workspace).step_result_for_run("first", "table")
+    (tuned,) = [row for row in table.rows if row["run"] == "piqa-tiny/fine-tuned"]
+    results = metrics(workspace, "first")
+    assert tuned["delta_acc"] == pytest.approx(results["finetuned"]["acc"] - results["zero_shot"]["acc"])
+    assert tuned["delta_acc_ci_low"] < tuned["delta_acc"] < tuned["delta_acc_ci_high"] and tuned["p_acc"] < 1e-3
+    diffs = workspace.parent / "results" / "diffs" / DEMO_DIFF
+    changed = [json.loads(line) for line in (diffs / "diff.jsonl").open()]
+    assert len(changed) == tuned["wins_acc"] + tuned["losses_acc"]
+    assert all(c["prompt"].startswith("Question: ") and c["gold"] in c["choices"] for c in changed)
+    assert f"- wins (candidate right, baseline wrong): {tuned['wins_acc']}" in (diffs / "diff.md").read_text()
+
+
+DEMO_FLAGS = [
+    "--model", "rc::data/tiny/model", "--task", "piqa", "--data_files", "train=data/tiny/train.jsonl",
+    "validation=data/tiny/validation.jsonl", "--batch_size", "16", "--micro_batch_size", "8", "--train_epochs", "8",
+    "--learning_rate", "1e-3", "--unconditioned",
+]
+
+
+def command(module: str, *arguments: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", module, *arguments], cwd=REPO, env={**os.environ, **OFFLINE, "COLUMNS": "200"},
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
+@pytest.mark.full  # the keys' equality is checked without a run in test_comparison.py
+def test_the_command_line_with_the_demos_settings_trains_and_scores_nothing_after_it(first_run):
+    workspace, _ = first_run
+    output = command("catwalk_steps.train", *DEMO_FLAGS, "-w", str(workspace))
+    assert started_steps(output) and not {"finetune", "predict_zero_shot_piqa", "predict_finetuned_piqa"} & set(
+        started_steps(output))
+    assert "Training" not in output and "Δ acc [95% CI]" in output
+
+
+@pytest.mark.full
+def test_a_config_run_after_the_command_line_trains_nothing(tmp_path):
+    settings = ["--train_limit", "16", "--train_epochs", "1", "--limit", "16"]
+    command("catwalk_steps.train", *DEMO_FLAGS[:7], "--batch_size", "8", *settings, "-w", str(tmp_path / "ws"))
+    config = tmp_path / "same.jsonnet"
+    config.write_text(
+        f'local lib = import "{REPO}/configs/lib.libsonnet";\n'
+        '{ steps: lib.finetune_and_evaluate_tasks("rc::data/tiny/model", { piqa: { type: "piqa", data_files: '
+        '{ train: "data/tiny/train.jsonl", validation: "data/tiny/validation.jsonl" } } }, '
+        '{ batch_size: 8, train_epochs: 1, train_limit: 16 }, predict={ limit: 16 }) }\n'
+    )
+    output = tango_run(str(config), tmp_path / "ws", "config")
+    assert "Training" not in output and not {"finetune", "predict_finetuned_piqa"} & set(started_steps(output))
 
 
 @pytest.mark.ddp

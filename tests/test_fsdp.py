@@ -96,10 +96,12 @@ def _compare_shards(rank: int, world_size: int, device, out: str) -> None:
     from torch.distributed.tensor import DTensor
 
     from catwalk_steps.models.loading import ModelSpec
+    from catwalk_steps.models.rank_classification import RankClassificationModel
     from catwalk_steps.training.strategies import sharded_model
 
-    job = SimpleNamespace(strategy="fsdp", adapter=None, spec=ModelSpec.parse(TINY_MODEL), gradient_checkpointing=False,
-                          shared_context=True)
+    spec = ModelSpec.parse(TINY_MODEL)
+    job = SimpleNamespace(strategy="fsdp", adapter=None, spec=spec,
+                          build_model=lambda lm: RankClassificationModel(spec, shared_context=True, lm=lm))
     model = sharded_model(job, world_size, device)
     whole = ModelSpec.parse(TINY_MODEL).load_model().state_dict()
     kept, total = 0, 0

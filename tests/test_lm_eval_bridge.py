@@ -115,14 +115,16 @@ def test_what_is_not_one_multiple_choice_yaml_task_fails_before_any_data_is_read
     expected = {
         "local_group": "'local_group' is a group, not a task",
         "local_tag": "'local_tag' is a tag, not a task",
-        "local_gen": "'local_gen' is not a multiple_choice task \\(output_type: generate_until",
-        "local_default": "'local_default' is not a multiple_choice task \\(output_type: unset",
+        "local_default": "'local_default' is not a task of a type we run \\(.*; output_type: unset",
         "local_py": "'local_py' is defined by a Python class",
     }
     for name, message in expected.items():
         with pytest.raises(ConfigurationError, match=message):
             LmEvalTask(task=name, include_path=str(tmp_path), include_defaults=False)
     assert LmEvalTask(task="local_mc", include_path=str(tmp_path), include_defaults=False).splits == ["validation"]
+    assert LmEvalTask(task="local_gen", include_path=str(tmp_path), include_defaults=False).REQUEST_TYPE == (
+        "generate_until"
+    )
 
 
 def test_each_task_builds_and_owns_its_lm_evaluation_harness_task(local):

@@ -213,13 +213,13 @@ import catwalk_steps.storage.atomic as atomic
 from catwalk_steps import PredictStep, PiqaTask
 from tango.workspaces import LocalWorkspace
 
-def half_written_then_killed(path, write):
+def half_written_then_killed(path, write, needed=None):
     write(path.with_name(path.name + ".tmp"))
     with open(path, "w") as f:
         f.write('[{{"id": "torn')  # as if a non-atomic writer were cut off
     os.kill(os.getpid(), signal.SIGKILL)
 
-atomic.replace_atomically = half_written_then_killed
+atomic.publish_file = half_written_then_killed
 task = PiqaTask(data_files={PIQA["data_files"]!r})
 PredictStep(model={TINY_MODEL!r}, task=task, limit=4, step_name="p").result(LocalWorkspace({str(tmp_path / "ws")!r}))
 """

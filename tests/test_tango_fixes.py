@@ -78,13 +78,14 @@ import_extra_module("catwalk_steps")
 from tango import Step
 from catwalk_steps.tasks import MultipleChoiceTask
 heavy = ["transformers.modeling_utils", "peft", "datasets", "torchmetrics", "sklearn",
-         "catwalk_steps.training.loop"]
+         "catwalk_steps.training.loop", "scipy.stats"]
 print(json.dumps({"steps": sorted(n for n in Step.list_available() if n.startswith("catwalk::")),
                   "tasks": len(MultipleChoiceTask.list_available()),
                   "loaded": [m for m in heavy if m in sys.modules]}))
 """
     found = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout)
     assert found["loaded"] == []
-    assert found["steps"] == ["catwalk::calculate_metrics", "catwalk::export_predictions", "catwalk::finetune",
-                              "catwalk::predict", "catwalk::print_metrics", "catwalk::tabulate_metrics"]
+    assert found["steps"] == ["catwalk::calculate_metrics", "catwalk::compare", "catwalk::export_diff",
+                              "catwalk::export_predictions", "catwalk::finetune", "catwalk::predict",
+                              "catwalk::print_metrics", "catwalk::tabulate_metrics"]
     assert found["tasks"] >= 14

@@ -3,8 +3,9 @@ import json
 import pytest
 from tango.common.det_hash import det_hash
 from tango.common.exceptions import ConfigurationError
+from tango.step_graph import StepGraph
 
-from catwalk_steps import MultipleChoiceTask, PiqaTask
+from catwalk_steps import MultipleChoiceTask, PiqaTask, Task
 from catwalk_steps.tasks import DataError
 
 from .conftest import write_jsonl
@@ -28,6 +29,14 @@ def test_piqa_rows_become_lm_eval_style_instances(tmp_path):
 def test_piqa_is_registered_by_name():
     assert isinstance(MultipleChoiceTask.by_name("piqa")(), PiqaTask)
     assert PiqaTask().hub_id == "baber/piqa"
+
+
+def test_every_multiple_choice_task_is_a_task_by_the_same_name():
+    names = MultipleChoiceTask.list_available()
+    assert set(names) <= set(Task.list_available())
+    assert all(Task.resolve_class_name(n) == MultipleChoiceTask.resolve_class_name(n) for n in names)
+    graph = StepGraph.from_params({"p": {"type": "catwalk::predict", "model": "rc::gpt2", "task": {"type": "piqa"}}})
+    assert isinstance(graph["p"].kwargs["task"], PiqaTask)
 
 
 @pytest.mark.parametrize(

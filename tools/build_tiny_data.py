@@ -7,7 +7,9 @@ right solution names the tool for it, so a fine-tuned model can learn what a ran
 guess. The second set (``tools_*.jsonl``, 4 choices, for a config-defined template task) asks
 for the same action-tool pairs in another form, to show how fine-tuning on one task carries over;
 ``core/`` asks for them once more in the hub format of each task of the core suite
-(``configs/core_tiny.jsonnet``).
+(``configs/core_tiny.jsonnet``); ``generation/`` asks for the tool as a generated answer
+(``{"prompt", "answers"}`` lines, and the validation questions answered as ``{"text"}`` documents
+for perplexity, for ``configs/generation_tiny.jsonnet``).
 
     python tools/build_tiny_data.py data/tiny
 """
@@ -68,6 +70,16 @@ def make_tool_questions(count: int, rng: random.Random) -> List[Dict]:
     return rows
 
 
+def make_tool_prompts(count: int, rng: random.Random) -> List[Dict]:
+    """Generative questions: the prompt names an action, the answer is its tool."""
+    rows = []
+    for _ in range(count):
+        action = rng.choice(sorted(TOOLS))
+        prompt = f"Question: What do you use to {action} {rng.choice(OBJECTS)}?\nAnswer:"
+        rows.append({"prompt": prompt, "answers": [TOOLS[action]]})
+    return rows
+
+
 def _lettered(tools: List[str]) -> Dict[str, List[str]]:
     return {"text": tools, "label": list("ABCDE"[: len(tools)])}
 
@@ -118,6 +130,13 @@ def make_core_suite(rng: random.Random) -> Dict[str, List[Dict]]:
     return files
 
 
+def make_generation_files(rng: random.Random, train_size: int, validation_size: int) -> Dict[str, List[Dict]]:
+    """The generative questions, and the validation ones answered as documents (for perplexity)."""
+    train, validation = make_tool_prompts(train_size, rng), make_tool_prompts(validation_size, rng)
+    return {"generation/train.jsonl": train, "generation/validation.jsonl": validation,
+            "generation/answered.jsonl": [{"text": f"{row['prompt']} {row['answers'][0]}"} for row in validation]}
+
+
 def build_tokenizer(texts: List[str], vocab_size: int) -> PreTrainedTokenizerFast:
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -138,8 +157,10 @@ def build(out: Path, train_size: int = 512, validation_size: int = 128, seed: in
         "tools_train.jsonl": make_tool_questions(train_size, tool_rng),
         "tools_validation.jsonl": make_tool_questions(validation_size, tool_rng),
         **make_core_suite(random.Random(seed + 2)),
+        **make_generation_files(random.Random(seed + 3), train_size // 2, validation_size // 2),
     }
-    (out / "core").mkdir(parents=True, exist_ok=True)
+    for folder in ("core", "generation"):
+        (out / folder).mkdir(parents=True, exist_ok=True)
     for name, rows in files.items():
         (out / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
 

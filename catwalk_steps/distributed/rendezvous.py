@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
-from ..storage.atomic import replace_atomically
+from ..storage.atomic import publish_text
 from .launch import Nodes
 
 ENDPOINT_FILE = "rendezvous.json"
@@ -35,7 +35,7 @@ def publish(work_dir: Path, count: int, port: Optional[int], join_timeout: int) 
     other nodes to read."""
     nodes = Nodes(count, f"{this_host()}:{port or free_port()}", True, uuid.uuid4().hex, join_timeout)
     record = {"endpoint": nodes.endpoint, "run_id": nodes.run_id, "nodes": count, "published": time.time()}
-    replace_atomically(work_dir / ENDPOINT_FILE, lambda p: p.write_text(json.dumps(record)))
+    publish_text(work_dir / ENDPOINT_FILE, json.dumps(record))
     return nodes
 
 

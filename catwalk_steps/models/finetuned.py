@@ -12,7 +12,7 @@ import torch
 from tango.common.aliases import PathOrStr
 from tango.format import Format
 
-from ..storage.atomic import read_json, replace_atomically
+from ..storage.atomic import publish_file, publish_text, read_json
 from ..storage.weights import check_sha256, load_state_dict, save_state_dict
 from ..tango_fixes.class_paths import keep_class_path
 from .adapters import Adapter, with_adapter_merged
@@ -80,7 +80,6 @@ class FinetunedModel:
         return self.spec.load_model(dtype, self._state_dict)
 
 
-@Format.register("catwalk::finetuned_model")
 def _link_or_copy(source: Path, target: Path) -> None:
     """A second name for ``source`` (training's result file, in the step's work dir, on the same
     filesystem as the entry): no second copy on disk, nor time spent copying; else a copy."""
@@ -92,6 +91,7 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 
 @keep_class_path("catwalk_steps.weights.FinetunedModelFormat")
+@Format.register("catwalk::finetuned_model")
 class FinetunedModelFormat(Format[FinetunedModel]):
     """``model.safetensors`` (the full model's or the adapter's weights) and ``model.json`` (the
     spec, the adapter settings, the training metrics, and the weights' keys, aliases and sha256).
@@ -102,7 +102,8 @@ class FinetunedModelFormat(Format[FinetunedModel]):
     def write(self, artifact: FinetunedModel, dir: PathOrStr) -> None:
         dir = Path(dir)
         if artifact._state_dict is None:  # the file, never the tensors, into memory
-            replace_atomically(dir / WEIGHTS_FILE, lambda p: _link_or_copy(artifact.weights_file, p))
+            source = artifact.weights_file
+            publish_file(dir / WEIGHTS_FILE, lambda p: _link_or_copy(source, p), needed=source.stat().st_size)
             weights_meta = dict(artifact.weights_meta)
             check_sha256(dir / WEIGHTS_FILE, weights_meta["sha256"])
             # From now on the weights live in the entry: the work dir's name for them goes once
@@ -116,7 +117,7 @@ class FinetunedModelFormat(Format[FinetunedModel]):
             **weights_meta,
             "training_metrics": artifact.training_metrics,
         }
-        replace_atomically(dir / META_FILE, lambda p: p.write_text(json.dumps(meta, indent=2)))
+        publish_text(dir / META_FILE, json.dumps(meta, indent=2))
 
     def read(self, dir: PathOrStr) -> FinetunedModel:
         dir = Path(dir)

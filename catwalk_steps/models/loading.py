@@ -18,6 +18,8 @@ if TYPE_CHECKING:  # transformers is imported where a model is loaded: a cached 
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 SPEC_PREFIX = "rc::"
+#: catwalk's spec of a plain language model, here the same model as ``rc::NAME``.
+LM_PREFIX = "lm::"
 LOCAL_COPY = "give a local copy as 'rc::/path/to/dir' (a directory saved with save_pretrained)"
 
 
@@ -49,10 +51,12 @@ class ModelName(str, CustomDetHash):
 
 def with_model_names(kwargs: Dict[str, Any]) -> Dict[str, Any]:
     """A step's settings with ``model`` and ``tokenizer`` names as :class:`ModelName`: its cache
-    key then holds a local model's (and tokenizer's) file contents, not only its path."""
+    key then holds a local model's (and tokenizer's) file contents, not only its path. An
+    ``lm::NAME`` model is written ``rc::NAME``, so both specs share cache entries."""
     for name in ("model", "tokenizer"):
         if isinstance(kwargs.get(name), str):
-            kwargs[name] = ModelName(kwargs[name])
+            value = kwargs[name]
+            kwargs[name] = ModelName(SPEC_PREFIX + value[len(LM_PREFIX):] if value.startswith(LM_PREFIX) else value)
     return kwargs
 
 
@@ -72,7 +76,8 @@ class ModelSpec:
 
     @classmethod
     def parse(cls, spec: str, **kwargs: Any) -> "ModelSpec":
-        if not spec.startswith(SPEC_PREFIX) or len(spec) == len(SPEC_PREFIX):
+        """``rc::NAME`` or, as catwalk wrote a causal LM, ``lm::NAME`` (the same model)."""
+        if not spec.startswith((SPEC_PREFIX, LM_PREFIX)) or len(spec) == len(SPEC_PREFIX):
             raise ConfigurationError(
                 f"Unknown model spec {spec!r}: write 'rc::<hub name or local directory>', e.g. 'rc::gpt2'"
             )

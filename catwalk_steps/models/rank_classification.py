@@ -54,14 +54,19 @@ class RankClassificationModel(Model):
         #: Names that share one parameter (GPT-2's lm_head and input embeddings).
         self.tied_names = tied_parameter_names(self.lm)
 
+    @property
+    def scoring_lm(self) -> "PreTrainedModel":
+        """The LM to run forward passes through: under an adapter, peft's base model, which
+        holds the adapter's layers and whose forward takes ``logits_to_keep``."""
+        return self.lm.get_base_model() if isinstance(self.lm, PeftModel) else self.lm
+
     def forward(
         self, choice_instance: torch.Tensor, choice_index: torch.Tensor, labels: torch.Tensor, **queries: torch.Tensor
     ) -> Dict[str, torch.Tensor]:
         """``loss``: the mean over instances of the cross-entropy over their choices' summed
         log-likelihoods; ``losses`` and ``correct``: per instance. ``queries``: the tensors of
         :func:`.scoring.collate_queries` or, for shared contexts, of :func:`.shared_context.collate_shared`."""
-        # A peft model's adapters live inside its base model, whose forward takes logits_to_keep.
-        lm = self.lm.get_base_model() if isinstance(self.lm, PeftModel) else self.lm
+        lm = self.scoring_lm
         if "context_ids" in queries:
             logliks = shared_context_logliks(lm, **queries)
         else:

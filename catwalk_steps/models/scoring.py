@@ -8,7 +8,7 @@ over-long inputs are cut from the left.
 """
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from tango.common.exceptions import ConfigurationError
@@ -102,11 +102,30 @@ def continuation_logliks(
     if output_layer(lm) is not None:  # logits at real targets only, not at the padding
         hidden = hidden_states(lm, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
         return target_logprob_sums(lm, hidden[:, -width:], targets, target_mask)
+    return masked_logprob_sums(last_logits(lm, input_ids, attention_mask, position_ids, width), targets, target_mask)
+
+
+def last_logits(
+    lm: "PreTrainedModel", input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, width: int
+) -> torch.Tensor:
+    """The logits of a causal LM's last ``width`` positions, ``[batch, width, vocabulary]``."""
     kwargs = {"logits_to_keep": width} if accepts_logits_to_keep(lm) else {}
-    logits = lm(
+    return lm(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **kwargs
     ).logits[:, -width:]
-    return masked_logprob_sums(logits, targets, target_mask)
+
+
+def greedy_continuation_logliks(
+    lm: "PreTrainedModel", input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+    targets: torch.Tensor, target_mask: torch.Tensor,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`continuation_logliks` of a causal LM, and whether each row's targets are, token for
+    token, the most likely tokens (lm-evaluation-harness's ``is_greedy``: greedy decoding would
+    produce the continuation). Targets are short (a word), so their logits are small."""
+    logits = last_logits(lm, input_ids, attention_mask, position_ids, targets.shape[1])
+    mask = target_mask.bool()
+    greedy = ((logits.argmax(-1) == targets) | ~mask).all(-1)
+    return masked_logprob_sums(logits, targets, mask), greedy
 
 
 def budget_batches(lengths: Sequence[int], max_batch_size: int, max_batch_tokens: int) -> Iterator[List[int]]:
@@ -138,9 +157,12 @@ def score_queries(
     max_batch_tokens: int,
     progress=None,
     known: Optional[Dict[int, float]] = None,
-    on_batch: Optional[Callable[[List[Tuple[int, float]]], None]] = None,
-) -> List[float]:
-    """Summed log-likelihood of every query's continuation, in the order given.
+    on_batch: Optional[Callable[[List[Tuple[int, Any]]], None]] = None,
+    greedy: bool = False,
+) -> List[Any]:
+    """Summed log-likelihood of every query's continuation, in the order given; with ``greedy``,
+    ``[loglik, is_greedy]`` pairs (:func:`greedy_continuation_logliks`), every query in the plain
+    left-padded batches.
 
     Queries that share a context (the choices of one instance) are scored against a single
     encoding of it (:mod:`.shared_context`); the others, and any that must be truncated, in
@@ -155,7 +177,7 @@ def score_queries(
     for i in range(len(queries)):
         if i not in logliks:
             groups.setdefault(queries[i].context, []).append(i)
-    fits = can_share_contexts(lm)
+    fits = can_share_contexts(lm) and not greedy
 
     def shareable(members: List[int]) -> bool:
         return fits and len(members) > 1 and all(
@@ -172,7 +194,7 @@ def score_queries(
             shared += [members[start:start + max_batch_size] for start in range(0, len(members), max_batch_size)]
     single = [i for members in groups.values() if not shareable(members) for i in members]
 
-    def record(scored: List[Tuple[int, float]]) -> None:
+    def record(scored: List[Tuple[int, Any]]) -> None:
         logliks.update(scored)
         if on_batch is not None:
             on_batch(scored)
@@ -201,6 +223,10 @@ def score_queries(
     for batch in budget_batches(lengths, max_batch_size, max_batch_tokens):
         indices = [single[i] for i in batch]
         tensors = collate_queries([queries[i] for i in indices], pad_token_id, max_length)
-        values = continuation_logliks(lm, **{k: v.to(device) for k, v in tensors.items()})
-        record(list(zip(indices, values.tolist())))
+        tensors = {k: v.to(device) for k, v in tensors.items()}
+        if greedy:
+            sums, hits = greedy_continuation_logliks(lm, **tensors)
+            record([(i, [value, hit]) for i, value, hit in zip(indices, sums.tolist(), hits.tolist())])
+        else:
+            record(list(zip(indices, continuation_logliks(lm, **tensors).tolist())))
     return [logliks[i] for i in range(len(queries))]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Dict, Sequence, Tuple
 import torch
 
 from .forward_signature import accepts_logits_to_keep, cache_keyword
+from .padding import left_padded
 from .output_layer import hidden_states, masked_logprob_sums, output_layer, target_logprob_sums, token_logprobs
 
 if TYPE_CHECKING:
@@ -36,12 +37,7 @@ def collate_shared(
     """Tensors for :func:`shared_context_logliks`: left-padded contexts (every context ends at the
     same place), and every group's continuations flattened in order, right-padded after their
     first token (which the context's last position predicts)."""
-    width = max(len(c) for c in contexts)
-    context_ids = torch.full((len(contexts), width), pad_token_id, dtype=torch.long)
-    context_mask = torch.zeros((len(contexts), width), dtype=torch.long)
-    for row, context in enumerate(contexts):
-        context_ids[row, width - len(context):] = torch.tensor(context)
-        context_mask[row, width - len(context):] = 1
+    context_ids, context_mask = left_padded(contexts, pad_token_id)
     flat = [c for conts in continuations for c in conts]
     rest = max(len(c) for c in flat) - 1
     inputs = torch.full((len(flat), rest), pad_token_id, dtype=torch.long)

@@ -1,37 +1,65 @@
-"""Scoring a split's queries on several workers (CUDA devices, or CPU processes sharing out the
-cores), each with a journal of its own, merged in query order.
+"""Computing a split's requests on several workers (CUDA devices, or CPU processes sharing out
+the cores), each with a journal of its own, merged in request order.
 
-Worker *r* of *N* takes instances *r, r+N, ...* with all their queries: strided, so that a split
-ordered by length or topic is shared out evenly. Workers exchange nothing: each appends its
-scores to its journal in the step's work dir, and the parent reads the journals once they are
-done. Journals are keyed by the query's index in the whole split, so a rerun resumes from every
-journal written for the same work, whatever the device count that wrote it.
+A request is whatever one computation answers: a (context, continuation) pair to score, a
+prompt to generate from. Worker *r* of *N* takes instances *r, r+N, ...* with all their
+requests: strided, so that a split ordered by length or topic is shared out evenly. Workers
+exchange nothing: each appends its results to its journal in the step's work dir, and the
+parent reads the journals once they are done. Journals are keyed by the request's index in the
+whole split, so a rerun resumes from every journal written for the same work, whatever the
+device count that wrote it.
 """
 
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 from tango.common import Tqdm
 
 from ..distributed.launch import launch
 from ..models.finetuned import FinetunedModel
+from ..models.generation import generate_greedy
 from ..models.loading import ModelSpec, context_window
-from ..models.scoring import Query, score_queries
+from ..models.scoring import score_queries
 from ..storage.journal import Journal
 
 logger = logging.getLogger(__name__)
 
 
+def score(lm, job: "PredictionJob", requests: Sequence[Any], **batching: Any) -> None:
+    """Log-likelihood of each (context, continuation) query (:func:`..models.scoring.score_queries`)."""
+    score_queries(lm, requests, max_batch_tokens=job.max_batch_tokens, **batching)
+
+
+def score_greedy(lm, job: "PredictionJob", requests: Sequence[Any], **batching: Any) -> None:
+    """``[loglik, is_greedy]`` of each (context, target) query (``score_queries(greedy=True)``)."""
+    score_queries(lm, requests, max_batch_tokens=job.max_batch_tokens, greedy=True, **batching)
+
+
+def generate(lm, job: "PredictionJob", requests: Sequence[Any], **batching: Any) -> None:
+    """Greedy generation from each prompt (:func:`..models.generation.generate_greedy`)."""
+    generate_greedy(lm, job.spec.load_tokenizer(), requests, **batching)
+
+
+#: The computations a job can run, by journal name: ``fn(lm, job, requests, **batching)``
+#: where ``batching`` holds ``pad_token_id``, ``max_length``, ``max_batch_size``, ``progress``,
+#: ``known`` (results already journaled, by position in ``requests``) and ``on_batch``.
+COMPUTATIONS: Dict[str, Callable[..., None]] = {
+    "scores": score, "greedy_scores": score_greedy, "generations": generate
+}
+DESCRIPTIONS = {"scores": "Log-likelihood queries", "greedy_scores": "Targets", "generations": "Generations"}
+
+
 @dataclass
-class ScoringJob:
-    """Everything a worker needs to score its shard; sent once to each worker."""
+class PredictionJob:
+    """Everything a worker needs to compute its shard; sent once to each worker. ``kind`` names
+    the computation (:data:`COMPUTATIONS`) and its journals (``<kind>-<rank>.jsonl``)."""
 
     spec: ModelSpec
     finetuned: Optional[FinetunedModel]
-    queries: List[Query]
+    requests: List[Any]
     shards: List[List[int]]
     devices: List[torch.device]
     dtype: torch.dtype
@@ -40,60 +68,61 @@ class ScoringJob:
     max_batch_tokens: int
     work_dir: Path
     work: str
+    kind: str = "scores"
 
     def journal(self, rank: int) -> Journal:
-        return Journal(self.work_dir / f"scores-{rank}.jsonl", self.work)
+        return Journal(self.work_dir / f"{self.kind}-{rank}.jsonl", self.work)
 
 
 def strided_shards(instance_of: Sequence[int], workers: int) -> List[List[int]]:
-    """Query indices per worker: every query of instance *i* goes to worker *i* mod ``workers``."""
+    """Request indices per worker: every request of instance *i* goes to worker *i* mod ``workers``."""
     return [[q for q, instance in enumerate(instance_of) if instance % workers == rank] for rank in range(workers)]
 
 
-def recorded_scores(job: ScoringJob) -> Dict[int, float]:
-    """Every score in the work dir's journals for this work, from runs on any device count."""
-    ranks = {int(path.stem.split("-")[1]) for path in job.work_dir.glob("scores-*.jsonl")}
-    scores: Dict[int, float] = {}
+def recorded_results(job: PredictionJob) -> Dict[int, Any]:
+    """Every result in the work dir's journals for this work, from runs on any device count."""
+    ranks = {int(path.stem.split("-")[1]) for path in job.work_dir.glob(f"{job.kind}-*.jsonl")}
+    results: Dict[int, Any] = {}
     for rank in sorted(ranks | set(range(len(job.devices)))):
-        scores.update(job.journal(rank).load())
-    return scores
+        results.update(job.journal(rank).load())
+    return results
 
 
-def score_on_workers(job: ScoringJob) -> List[float]:
-    """The log-likelihood of every query, scored by ``len(job.devices)`` workers. A worker that
-    fails fails this call with its traceback; what the workers scored until then stays in their
-    journals for the next run."""
-    recorded = recorded_scores(job)
-    if len(recorded) < len(job.queries):  # else a run killed after scoring everything: no workers
+def run_on_workers(job: PredictionJob) -> List[Any]:
+    """The result of every request, computed by ``len(job.devices)`` workers. A worker that
+    fails fails this call with its traceback; what the workers computed until then stays in
+    their journals for the next run."""
+    recorded = recorded_results(job)
+    if len(recorded) < len(job.requests):  # else a run killed after computing everything: no workers
         for rank, shard in enumerate(job.shards):
             done = sum(q in recorded for q in shard)
             if done:
-                logger.info("Worker %d resumes with %d of its %d queries scored", rank, done, len(shard))
-        launch(score_shard, job.devices, job, recorded)
-    scores = recorded_scores(job)
-    missing = [q for q in range(len(job.queries)) if q not in scores]
+                logger.info("Worker %d resumes with %d of its %d requests done", rank, done, len(shard))
+        launch(compute_shard, job.devices, job, recorded)
+    results = recorded_results(job)
+    missing = [q for q in range(len(job.requests)) if q not in results]
     if missing:
-        raise RuntimeError(f"The workers left {len(missing)} queries unscored, e.g. query {missing[0]}")
-    return [scores[q] for q in range(len(job.queries))]
+        raise RuntimeError(f"The workers left {len(missing)} requests undone, e.g. request {missing[0]}")
+    return [results[q] for q in range(len(job.requests))]
 
 
-def score_shard(rank: int, world_size: int, device: torch.device, job: ScoringJob, recorded: Dict[int, float]) -> None:
-    """Scores what ``recorded`` lacks of worker ``rank``'s shard, appending each batch to its journal."""
+def compute_shard(rank: int, world_size: int, device: torch.device, job: PredictionJob, recorded: Dict[int, Any]) -> None:
+    """Computes what ``recorded`` lacks of worker ``rank``'s shard, appending each batch to its journal."""
     shard, journal = job.shards[rank], job.journal(rank)
     known = {i: recorded[q] for i, q in enumerate(shard) if q in recorded}
-    # Loaded once, in the scoring dtype, then moved to the device.
+    # Loaded once, in the prediction dtype, then moved to the device.
     lm = job.finetuned.load_model(job.dtype) if job.finetuned else job.spec.load_model(job.dtype)
     lm = lm.to(device).eval()
-    desc = "Log-likelihood queries" + (f" (worker 1 of {world_size})" if world_size > 1 else "")
+    desc = DESCRIPTIONS.get(job.kind, job.kind) + (f" (worker 1 of {world_size})" if world_size > 1 else "")
     with Tqdm.tqdm(total=len(shard), initial=len(known), desc=desc, disable=rank != 0) as progress:
-        score_queries(
+        COMPUTATIONS[job.kind](
             lm,
-            [job.queries[q] for q in shard],
+            job,
+            [job.requests[q] for q in shard],
             pad_token_id=job.pad_token_id,
             max_length=context_window(lm.config),
             max_batch_size=job.max_batch_size,
-            max_batch_tokens=job.max_batch_tokens,
             progress=progress,
             known=known,
-            on_batch=lambda scored: journal.append([(shard[i], value) for i, value in scored]),
+            on_batch=lambda done: journal.append([(shard[i], value) for i, value in done]),
         )

@@ -33,13 +33,18 @@ def rankings(predictions: List[Dict[str, Any]]) -> List[str]:
     return names
 
 
+def correctness(predictions: List[Dict[str, Any]], metric: str) -> torch.Tensor:
+    """Per instance, 1.0 where ``metric``'s pick is the gold label, else 0.0. Ties go to the
+    first choice (argmax's rule, and lm-evaluation-harness's)."""
+    labels = torch.tensor([p["label"] for p in predictions])
+    return (choice_scores(predictions, metric).argmax(-1) == labels).double()
+
+
 def accuracies(predictions: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Each accuracy of ``predictions`` with its binomial standard error, and their count."""
-    labels = torch.tensor([p["label"] for p in predictions])
     metrics: Dict[str, Any] = {}
     for name in rankings(predictions):
-        # Ties go to the first choice (argmax's rule, and lm-evaluation-harness's).
-        metrics[name] = (choice_scores(predictions, name).argmax(-1) == labels).double().mean().item()
+        metrics[name] = correctness(predictions, name).mean().item()
         metrics[name + STDERR_SUFFIX] = binomial_stderr(metrics[name], len(predictions))
     metrics["count"] = len(predictions)
     return metrics

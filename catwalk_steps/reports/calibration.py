@@ -20,7 +20,6 @@ import torch
 
 from .accuracy import choice_scores
 
-CALIBRATION_METRICS = ("ece", "brier")
 ECE_BINS = 15
 
 
@@ -35,6 +34,13 @@ def calibration(predictions: List[Dict[str, Any]]) -> Dict[str, float]:
     confidence = probabilities.gather(-1, chosen[:, None])[:, 0]
     correct = (chosen == labels).long()
     ece = BinaryCalibrationError(n_bins=ECE_BINS, norm="l1")(confidence, correct).item()
+    return {"ece": ece, "brier": brier_scores(predictions).mean().item()}
+
+
+def brier_scores(predictions: List[Dict[str, Any]]) -> torch.Tensor:
+    """Per instance, the summed squared difference between the softmax over its choices and the
+    one-hot gold label (``brier`` is their mean; paired comparisons use them one by one)."""
+    probabilities = torch.softmax(choice_scores(predictions, "acc"), dim=-1)
+    labels = torch.tensor([p["label"] for p in predictions])
     one_hot = torch.nn.functional.one_hot(labels, probabilities.shape[-1]).to(probabilities)
-    brier = ((probabilities - one_hot) ** 2).sum(-1).mean().item()
-    return {"ece": ece, "brier": brier}
+    return ((probabilities - one_hot) ** 2).sum(-1)

@@ -3,7 +3,7 @@
 import csv
 import io
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from rich.table import Table
 from tango.common.exceptions import ConfigurationError
@@ -12,11 +12,30 @@ from .averages import STDERR_SUFFIX, macro_average
 
 MACRO_AVERAGE = "macro-average"
 
+# Columns that paired comparisons (:mod:`.table_comparisons`) and seed replicates
+# (:mod:`.replicates`) add for a metric ``m``; the CSV and JSON keep them all, the printed and
+# Markdown tables fold them into a few cells.
+SEED_SPREAD = ("_seed_sd", "_seed_min", "_seed_max")
+
+
+def delta_column(metric: str, part: str = "") -> str:
+    """``delta_acc`` (candidate - baseline), ``delta_acc_ci_low``, ``delta_acc_ci_high``."""
+    return f"delta_{metric}{part}"
+
+
+def p_column(metric: str, corrected: bool = True) -> str:
+    """``p_acc``, Holm-corrected across the table's comparisons; ``p_acc_uncorrected``."""
+    return f"p_{metric}" if corrected else f"p_{metric}_uncorrected"
+
+
+DETAIL_PREFIXES = ("delta_", "p_", "wins_", "losses_", "seed_sd_of_delta_")
+
 
 @dataclass
 class MetricsTable:
     columns: List[str]
     rows: List[Dict[str, Any]]
+    caption: str = ""
 
     @classmethod
     def from_results(
@@ -51,32 +70,55 @@ class MetricsTable:
         return cls(key_columns + metric_columns, rows)
 
     def display_columns(self) -> List[str]:
-        """The columns people read: a standard error shares its accuracy's cell."""
-        return [
-            c for c in self.columns if not (c.endswith(STDERR_SUFFIX) and c.removesuffix(STDERR_SUFFIX) in self.columns)
+        """The columns people read: a standard error shares its accuracy's cell, a seed spread its
+        mean's; a comparison shows as ``Δ <metric> [95% CI]`` and ``p`` for the first compared
+        metric."""
+        shown = [
+            c for c in self.columns
+            if not (c.endswith(STDERR_SUFFIX) and c.removesuffix(STDERR_SUFFIX) in self.columns)
+            and not c.endswith(SEED_SPREAD) and not c.startswith(DETAIL_PREFIXES) and c != "seeds"
         ]
+        compared = self.compared_metric()
+        return shown + ([f"Δ {compared} [95% CI]", "p"] if compared else [])
+
+    def compared_metric(self) -> Optional[str]:
+        """The first metric column with a paired comparison, if any."""
+        return next((c for c in self.columns if delta_column(c) in self.columns), None)
 
     def text_columns(self) -> List[str]:
         """The columns that name a row (task, model, ...), as opposed to its numbers."""
         return [column for column in self.columns if any(isinstance(row.get(column), str) for row in self.rows)]
 
     def cells(self) -> List[List[str]]:
-        return [[_cell(row.get(c), row.get(c + STDERR_SUFFIX)) for c in self.display_columns()] for row in self.rows]
+        compared = self.compared_metric()
+        return [
+            [
+                _delta_cell(row, compared) if c.startswith("Δ ")
+                else _p_cell(row.get(p_column(compared))) if c == "p" and compared
+                else _cell(row.get(c), row.get(c + STDERR_SUFFIX), [row.get(c + part) for part in SEED_SPREAD])
+                for c in self.display_columns()
+            ]
+            for row in self.rows
+        ]
 
     def to_rich(self, title: str = "Metrics") -> Table:
-        table = Table(title=title)
+        table = Table(title=title, caption=self.caption or None, caption_justify="left")
         text = self.text_columns()
-        for column in self.display_columns():
-            table.add_column(column, justify="left" if column in text else "right")
-        for cells in self.cells():
-            table.add_row(*cells)
+        cells = self.cells()
+        for n, column in enumerate(self.display_columns()):
+            if column in text:  # names stay whole: the numbers wrap first when the terminal is narrow
+                table.add_column(column, justify="left", min_width=max([len(row[n]) for row in cells] + [len(column)]))
+            else:
+                table.add_column(column, justify="right")
+        for row in cells:
+            table.add_row(*row)
         return table
 
     def to_markdown(self) -> str:
         columns = self.display_columns()
         lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(cells) + " |" for cells in self.cells()]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines) + "\n" + (f"\n{self.caption}\n" if self.caption else "")
 
     def to_csv(self) -> str:
         out = io.StringIO()
@@ -91,7 +133,32 @@ def check_average_over(key_columns: List[str], average_over: Optional[str]) -> N
         raise ConfigurationError(f"average_over={average_over!r} is not one of the key columns {key_columns}")
 
 
-def _cell(value: Any, stderr: Any = None) -> str:
+def _cell(value: Any, stderr: Any = None, spread: Sequence[Any] = ()) -> str:
+    """``0.6250 ± 0.0430`` (± a standard error); a mean over seeds as ``0.6250 (sd 0.0100,
+    0.6100–0.6400)``."""
+    if isinstance(value, float) and spread and isinstance(spread[0], float):
+        sd, low, high = spread
+        return f"{value:.4f} (sd {sd:.4f}, {low:.4f}–{high:.4f})"
     if isinstance(value, float):
         return f"{value:.4f} ± {stderr:.4f}" if isinstance(stderr, float) else f"{value:.4f}"
     return "" if value is None else str(value)
+
+
+def _delta_cell(row: Dict[str, Any], metric: str) -> str:
+    """``+0.0391 [+0.0156, +0.0625]``; for a mean over seeds, the mean of the seeds' deltas and
+    their standard deviation, flagged when the delta is not larger than that spread."""
+    delta = row.get(delta_column(metric))
+    if not isinstance(delta, float):
+        return ""
+    low, high = row.get(delta_column(metric, "_ci_low")), row.get(delta_column(metric, "_ci_high"))
+    if isinstance(low, float):
+        return f"{delta:+.4f} [{low:+.4f}, {high:+.4f}]"
+    sd = row.get("seed_sd_of_" + delta_column(metric))
+    within = " ≤ seed spread" if isinstance(sd, float) and abs(delta) <= sd else ""
+    return f"{delta:+.4f} (seed sd {sd:.4f}{within})" if isinstance(sd, float) else f"{delta:+.4f}"
+
+
+def _p_cell(p: Any) -> str:
+    if not isinstance(p, float):
+        return ""
+    return "<0.0001" if p < 1e-4 else f"{p:.4f}"

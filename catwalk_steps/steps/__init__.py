@@ -1,13 +1,17 @@
 """The registered Tango steps. Each is thin: it checks its settings when the step graph is built,
 then builds the work and hands it to the layers below."""
 
+from .compare import CompareStep
 from .export import ExportPredictionsStep
+from .export_diff import ExportDiffStep
 from .finetune import FinetuneStep
 from .metrics import CalculateMetricsStep, PrintMetricsStep, TabulateMetricsStep
 from .predict import PredictStep
 
 __all__ = [
     "CalculateMetricsStep",
+    "CompareStep",
+    "ExportDiffStep",
     "ExportPredictionsStep",
     "FinetuneStep",
     "PredictStep",

@@ -12,9 +12,11 @@ from tango.common.exceptions import ConfigurationError
 from ..reports.accuracy import choice_scores, rankings
 from ..reports.charts import accuracy_chart
 from ..reports.curves import has_history, training_chart
+from ..reports.generation import is_generation
 from ..reports.tables import MetricsTable
-from ..storage.atomic import replace_atomically
+from ..storage.atomic import publish_text
 from ..tango_fixes.class_paths import keep_class_path
+from ..tracking.settings import WANDB_ARGUMENTS, check_tracking, run_identity, wandb_settings
 
 
 def file_name(run: str) -> str:
@@ -33,7 +35,14 @@ def check_output_dir(output_dir: str) -> None:
 
 def readable_predictions(predictions: List[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
     """Each record of ``catwalk::predict`` plus, under every metric, the choice it picks and
-    whether that is the gold label."""
+    whether that is the gold label. Generation records already say what was generated and how
+    it scored, and perplexity records have no choices: they are written as they are."""
+    if predictions and is_generation(predictions[0]):
+        yield from predictions
+        return
+    if predictions and "loglik" in predictions[0]:  # a document's or a target's: nothing to choose
+        yield from predictions
+        return
     names = rankings(predictions)
     chosen = {name: choice_scores(predictions, name).argmax(-1).tolist() for name in names}
     for n, record in enumerate(predictions):
@@ -49,18 +58,22 @@ class ExportPredictionsStep(Step):
 
     - ``predictions/<run>.jsonl``: per instance its id, gold label, per-choice log-likelihoods,
       token and character counts, ``margin``, and under ``chosen`` and ``correct`` the choice
-      each metric picks and whether it is right;
+      each metric picks and whether it is right; for a generative task, per instance the
+      generation, its references and its scores;
     - ``metrics.csv`` and ``metrics.md``: the table from ``catwalk::tabulate_metrics``;
     - ``<chart>.png`` with ``chart`` set to a metric of the table (e.g. ``"acc"``): that metric
       per row, with standard-error bars;
     - ``training.png`` with ``training`` (run name -> a ``catwalk::finetune`` step): the training
-      loss and the validation accuracy against the step, one line per fine-tuned model.
+      loss and the validation accuracy against the step, one line per fine-tuned model;
+    - with ``wandb_project``, the table and the charts also go to a W&B run
+      (:mod:`catwalk_steps.tracking.results`; W&B's local files in ``wandb/`` there).
 
     Not cached: writing is cheap, and a deleted or edited file comes back on the next run.
     """
 
     CACHEABLE = False
-    SKIP_DEFAULT_ARGUMENTS = {"training": None}  # the key of an export without curves is unchanged
+    # The key of an export without curves or W&B is unchanged.
+    SKIP_DEFAULT_ARGUMENTS = {"training": None, **{name: None for name in WANDB_ARGUMENTS}}
 
     @classmethod
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -73,6 +86,7 @@ class ExportPredictionsStep(Step):
                 raise ConfigurationError(f"Runs {clash!r} and {run!r} would both be written to {file_name(run)}.jsonl")
         if kwargs.get("chart") is not None and kwargs.get("table") is None:
             raise ConfigurationError("chart needs a table to draw from")
+        check_tracking(kwargs)
         return kwargs
 
     def run(  # type: ignore[override]
@@ -82,6 +96,11 @@ class ExportPredictionsStep(Step):
         table: Optional[MetricsTable] = None,
         chart: Optional[str] = None,
         training: Optional[Dict[str, Any]] = None,
+        wandb_project: Optional[str] = None,
+        wandb_entity: Optional[str] = None,
+        wandb_group: Optional[str] = None,
+        wandb_tags: Optional[List[str]] = None,
+        wandb_name: Optional[str] = None,
     ) -> str:
         """
         :param output_dir: where the files go; created if missing.
@@ -90,6 +109,13 @@ class ExportPredictionsStep(Step):
         :param chart: a metric of ``table`` to draw, e.g. ``"acc"``.
         :param training: fine-tuned models (results of ``catwalk::finetune``) by run name, whose
             training curves to draw into ``training.png``.
+        :param wandb_project: also send the table and the charts to this W&B project (needs the
+            ``wandb`` extra); the run id is derived from this step's and ``output_dir``, so a
+            rerun updates the same W&B run.
+        :param wandb_entity: the W&B team or user (default: yours).
+        :param wandb_group: the W&B group, e.g. the fine-tunes' group.
+        :param wandb_tags: W&B tags of the run.
+        :param wandb_name: the W&B run's display name (default: the step's name).
         :returns: the directory written, as an absolute path.
         """
         out = Path(output_dir).resolve()
@@ -97,15 +123,23 @@ class ExportPredictionsStep(Step):
         for run, records in (predictions or {}).items():
             (out / "predictions").mkdir(exist_ok=True)
             lines = "".join(json.dumps(record) + "\n" for record in readable_predictions(records))
-            replace_atomically(out / "predictions" / f"{file_name(run)}.jsonl", lambda p: p.write_text(lines))
+            publish_text(out / "predictions" / f"{file_name(run)}.jsonl", lines)
         if table is not None:
-            replace_atomically(out / "metrics.csv", lambda p: p.write_text(table.to_csv()))
-            replace_atomically(out / "metrics.md", lambda p: p.write_text(table.to_markdown()))
+            publish_text(out / "metrics.csv", table.to_csv())
+            publish_text(out / "metrics.md", table.to_markdown())
+        charts = []
         if chart is not None:
-            accuracy_chart(table, chart, out / f"{chart}.png")
+            charts.append(out / f"{chart}.png")
+            accuracy_chart(table, chart, charts[-1])
         if training:
             curves = {run: getattr(model, "training_metrics", model) for run, model in training.items()}
             if any(has_history(metrics) for metrics in curves.values()):
-                training_chart(curves, out / "training.png")
+                charts.append(out / "training.png")
+                training_chart(curves, charts[-1])
+        if wandb_project is not None:
+            from ..tracking.results import publish_results  # wandb: only when asked for
+
+            settings = wandb_settings(wandb_project, wandb_entity, wandb_group, wandb_tags)
+            publish_results(settings, run_identity(self, out, wandb_name), table, charts)
         self.logger.info("Results written to %s", out)
         return str(out)

@@ -6,14 +6,19 @@ from typing import Any, Dict, List, Optional
 
 from tango import Step
 from tango.common.aliases import PathOrStr
+from tango.common.exceptions import ConfigurationError
 from tango.common.logging import cli_logger
 from tango.format import Format
 
 from ..reports.accuracy import accuracies
 from ..reports.averages import macro_average
 from ..reports.calibration import calibration
+from ..reports.replicates import add_replicate_rows, check_replicates
+from ..reports.table_comparisons import add_comparisons, check_baseline
+from ..reports.generation import is_generation, score_averages
+from ..reports.perplexity import document_perplexities, target_metrics
 from ..reports.tables import MetricsTable, check_average_over
-from ..storage.atomic import AtomicJsonFormat, read_json, replace_atomically
+from ..storage.atomic import AtomicJsonFormat, read_json, publish_text
 from ..tango_fixes.class_paths import keep_class_path
 
 
@@ -29,9 +34,17 @@ class CalculateMetricsStep(Step):
     instance's summed log-likelihoods is calibrated: ``ece`` (top-label expected calibration
     error, 15 bins, L1) and ``brier`` (see :mod:`..reports.calibration`).
 
+    Generation predictions (a generative task's) give the mean of each per-instance score
+    (``exact_match``, ``f1``, ``exact_match/strict-match``, ...) with its standard error, and
+    ``truncated``, the number of prompts cut to fit the model (:mod:`..reports.generation`).
+
     For a task with groups (MMLU's subjects), the top-level numbers are over all instances
     (lm-evaluation-harness's ``mmlu`` number), ``groups`` holds each group's metrics and
     ``macro`` their macro average.
+
+    Perplexity tasks' records give ``word_perplexity``, ``byte_perplexity``, ``bits_per_byte``
+    and ``token_perplexity``; records of targets scored with a greedy flag (LAMBADA) give ``acc``
+    and ``perplexity`` (:mod:`..reports.perplexity`).
 
     Runs in one process, on the predictions as cached: there is nothing to sync across processes
     (the system this replaces synced torchmetrics objects across DDP workers in a callback).
@@ -58,7 +71,14 @@ class CalculateMetricsStep(Step):
 
 def metrics_of(predictions: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Every metric of ``predictions``: the accuracies with their standard errors, the
-    calibration, the count."""
+    calibration, the count; for generations, the mean scores with their standard errors; for
+    documents and targets, their perplexities (and the targets' greedy accuracy)."""
+    if is_generation(predictions[0]):
+        return score_averages(predictions)
+    if "num_bytes" in predictions[0]:
+        return document_perplexities(predictions)
+    if "is_greedy" in predictions[0]:
+        return target_metrics(predictions)
     return {**accuracies(predictions), **calibration(predictions)}
 
 
@@ -71,14 +91,16 @@ class MetricsTableFormat(Format[MetricsTable]):
 
     def write(self, artifact: MetricsTable, dir: PathOrStr) -> None:
         dir = Path(dir)
-        replace_atomically(dir / "table.md", lambda p: p.write_text(artifact.to_markdown()))
-        replace_atomically(dir / "table.csv", lambda p: p.write_text(artifact.to_csv()))
+        publish_text(dir / "table.md", artifact.to_markdown())
+        publish_text(dir / "table.csv", artifact.to_csv())
         data = {"columns": artifact.columns, "rows": artifact.rows}
-        replace_atomically(dir / "table.json", lambda p: p.write_text(json.dumps(data, indent=1)))
+        if artifact.caption:
+            data["caption"] = artifact.caption
+        publish_text(dir / "table.json", json.dumps(data, indent=1))
 
     def read(self, dir: PathOrStr) -> MetricsTable:
         data = read_json(Path(dir) / "table.json")
-        return MetricsTable(data["columns"], data["rows"])
+        return MetricsTable(data["columns"], data["rows"], data.get("caption", ""))
 
 
 @Step.register("catwalk::tabulate_metrics")
@@ -87,14 +109,31 @@ class TabulateMetricsStep(Step):
     """Gathers many metric results, keyed by names like ``task/model/seed``, into one table,
     cached as Markdown, CSV and JSON. ``key_columns`` names the parts of those keys;
     ``average_over`` (e.g. ``"task"``) adds a macro-average row for each combination of the
-    other key columns."""
+    other key columns; ``replicates`` (e.g. ``"seed"``) a row of the mean, standard deviation,
+    min and max over it for each setting run several times (:mod:`..reports.replicates`);
+    ``baseline`` with ``predictions`` paired comparisons with a baseline row
+    (:mod:`..reports.table_comparisons`)."""
 
     VERSION = "cw2"  # cw2: standard-error columns, macro averages
     FORMAT = MetricsTableFormat()
+    # Tables without comparisons or replicates keep the keys they had before these existed.
+    SKIP_DEFAULT_ARGUMENTS = {"baseline": None, "predictions": None, "replicates": None}
 
     @classmethod
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
-        check_average_over(kwargs.get("key_columns") or ["run"], kwargs.get("average_over"))
+        """Settings are checked when the step graph is built, before any step of a run starts."""
+        key_columns = kwargs.get("key_columns") or ["run"]
+        check_average_over(key_columns, kwargs.get("average_over"))
+        names = list(kwargs.get("metrics") or {})
+        if kwargs.get("replicates") is not None:
+            check_replicates(names, key_columns, kwargs["replicates"])
+        if kwargs.get("baseline") is not None:
+            check_baseline(names, key_columns, kwargs["baseline"], kwargs.get("replicates"))
+            missing = [name for name in names if name not in (kwargs.get("predictions") or {})]
+            if missing:
+                raise ConfigurationError(
+                    f"baseline needs the predictions of every row of the table; missing: {', '.join(missing)}"
+                )
         return kwargs
 
     def run(  # type: ignore[override]
@@ -102,8 +141,23 @@ class TabulateMetricsStep(Step):
         metrics: Dict[str, Dict[str, Any]],
         key_columns: Optional[List[str]] = None,
         average_over: Optional[str] = None,
+        replicates: Optional[str] = None,
+        baseline: Optional[str] = None,
+        predictions: Optional[Dict[str, List[Dict[str, Any]]]] = None,
     ) -> MetricsTable:
-        return MetricsTable.from_results(metrics, key_columns or ["run"], average_over)
+        """
+        :param replicates: a key column (``"seed"``) whose values are replicates of one setting.
+        :param baseline: a row name without its ``task`` and ``replicates`` parts, e.g.
+            ``"tiny/zero-shot/-/-"``; every other row of the same task is compared with it.
+        :param predictions: each row's ``catwalk::predict`` result, by row name (for ``baseline``).
+        """
+        key_columns = key_columns or ["run"]
+        table = MetricsTable.from_results(metrics, key_columns, average_over)
+        if replicates is not None:
+            table = add_replicate_rows(table, key_columns, replicates)
+        if baseline is not None:
+            table = add_comparisons(table, key_columns, predictions or {}, baseline, replicates)
+        return table
 
 
 @Step.register("catwalk::print_metrics")

@@ -6,10 +6,14 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, Tuple
 
+from .atomic import publish_file
+from .space import reporting_full_disk
+
 
 class Journal:
     """``{key: value}`` pairs appended as JSON lines after a header naming the work they belong
-    to. Entries written for other work are discarded, and a line torn by a kill is cut off."""
+    to. Entries written for other work are discarded, and a line torn by a kill (or a full disk)
+    is cut off. The header is published (:func:`.atomic.publish_file`): a journal starts whole."""
 
     def __init__(self, path: Path, work: str) -> None:
         self.path, self.work = path, work
@@ -23,7 +27,7 @@ class Journal:
         except FileNotFoundError:
             data = b""
         if not data.startswith(header):
-            self.path.write_bytes(header)
+            publish_file(self.path, lambda temp: temp.write_bytes(header))
             return {}
         entries: Dict[int, Any] = {}
         kept = len(header)
@@ -39,10 +43,15 @@ class Journal:
         if kept < len(data):
             with open(self.path, "r+b") as f:
                 f.truncate(kept)
+                os.fsync(f.fileno())
         return entries
 
     def append(self, entries: Iterable[Tuple[int, Any]]) -> None:
-        with open(self.path, "a") as f:
-            f.write("".join(json.dumps([key, value]) + "\n" for key, value in entries))
+        """Appends ``entries`` and flushes them to the disk before returning: what a run has
+        journaled survives it. On a full disk at most a torn last line is left, which
+        :meth:`load` cuts off."""
+        lines = "".join(json.dumps([key, value]) + "\n" for key, value in entries).encode()
+        with reporting_full_disk(self.path, needed=len(lines)), open(self.path, "ab") as f:
+            f.write(lines)
             f.flush()
             os.fsync(f.fileno())

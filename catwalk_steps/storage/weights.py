@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..tango_fixes.damaged_entries import CorruptCacheError
-from .atomic import replace_atomically
+from .atomic import publish_file
 from .hashing import sha256_of_file
 
 
@@ -40,7 +40,8 @@ def save_state_dict(state_dict: Dict[str, torch.Tensor], path: Path) -> Dict[str
     for name, tensor in unique.items():
         if tensor.device.type != "cpu":
             raise ValueError(f"Refusing to cache {name} on {tensor.device}: results hold CPU tensors only")
-    replace_atomically(path, lambda p: save_file(unique, str(p)))
+    needed = sum(tensor.nbytes for tensor in unique.values())
+    publish_file(path, lambda p: save_file(unique, str(p)), needed)
     return {"aliases": aliases, "keys": list(state_dict), "sha256": sha256_of_file(path)}
 
 

@@ -8,6 +8,7 @@ import warnings
 
 from . import (  # noqa: F401  (each patches Tango on import)
     damaged_entries,
+    durable_cache_entries,
     environment_metadata,
     integration_search,
     killed_step_state,

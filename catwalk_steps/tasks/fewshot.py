@@ -8,12 +8,14 @@ document order, so a document's prompt there depends on the documents before it.
 """
 
 import random
-from dataclasses import replace
-from typing import Any, Dict, List, Optional, Protocol, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Tuple, TypeVar, Union
 
 from tango.common.exceptions import ConfigurationError
 
-from .instance import MCInstance
+from .instance import GenerationInstance, MCInstance
+
+#: An instance that takes demonstrations: multiple choice or generative.
+Demonstrable = TypeVar("Demonstrable", MCInstance, GenerationInstance)
 
 #: What joins demonstrations to each other and to the evaluated context (lm-evaluation-harness's
 #: default ``fewshot_delimiter``).
@@ -27,7 +29,7 @@ def choose(pool: List[int], k: int, exclude: Optional[int], sampler: str, seed: 
 
 
 class DemonstrationSource(Protocol):
-    """What :func:`add_demonstrations` reads of a task (a :class:`~.task.MultipleChoiceTask`)."""
+    """What :func:`add_demonstrations` reads of a task (multiple choice or generative)."""
 
     GROUP_FIELD: Optional[str]
     FEWSHOT_SAMPLER: str
@@ -39,12 +41,29 @@ class DemonstrationSource(Protocol):
 
     def row_numbers(self, rows: Any, source: str) -> List[int]: ...
 
-    def instance(self, rows: Any, source: str, split: str, number: int) -> MCInstance: ...
+    def instance(self, rows: Any, source: str, split: str, number: int) -> Union[MCInstance, GenerationInstance]: ...
+
+
+def check_shots(task: Any) -> None:
+    """Raises at graph build if ``task``'s few-shot settings cannot be met: a negative count, or
+    a few-shot split the task does not have."""
+    if task.num_shots < 0:
+        raise ConfigurationError(f"num_shots must be at least 0, got {task.num_shots}")
+    if task.num_shots and task.fewshot_split is not None and task.fewshot_split not in task.splits:
+        raise ConfigurationError(
+            f"{type(task).__name__}: no split '{task.fewshot_split}' to take {task.num_shots} few-shot "
+            f"demonstrations from (have: {', '.join(task.splits)}); set fewshot_split"
+        )
+
+
+def fewshot_key(task: DemonstrationSource) -> Tuple[Any, ...]:
+    """What decides a task's demonstrations, for its cache key."""
+    return task.num_shots, task.fewshot_split, task.fewshot_seed, task.FEWSHOT_SAMPLER, SEPARATOR
 
 
 def add_demonstrations(
-    task: DemonstrationSource, split: str, numbers: List[int], instances: List[MCInstance]
-) -> List[MCInstance]:
+    task: DemonstrationSource, split: str, numbers: List[int], instances: List[Demonstrable]
+) -> List[Demonstrable]:
     """``instances`` (of rows ``numbers`` of ``split``) with ``task.num_shots`` demonstrations
     from ``task.fewshot_split`` before each context (and each choice context), joined by
     :data:`SEPARATOR`. An instance of the few-shot split never demonstrates itself; with
@@ -71,11 +90,5 @@ def add_demonstrations(
             if number not in demonstrations:
                 demonstrations[number] = task.instance(rows, source, task.fewshot_split, number).demonstration()
         prefix = "".join(demonstrations[number] + SEPARATOR for number in chosen)
-        result.append(
-            replace(
-                instance,
-                context=prefix + instance.context,
-                choice_contexts=[prefix + c for c in instance.choice_contexts] if instance.choice_contexts else None,
-            )
-        )
+        result.append(instance.with_prefix(prefix))
     return result

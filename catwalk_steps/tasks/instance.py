@@ -1,8 +1,9 @@
 """What tasks produce, one kind per request type, built from checked :class:`Row` fields:
 :class:`MCInstance` (choices ranked by log-likelihood), :class:`GenerationInstance` (a prompt
-answered by greedy generation) and :class:`DocumentInstance` (a text scored whole, for perplexity)."""
+answered by greedy generation), :class:`DocumentInstance` (a text scored whole, for perplexity)
+and :class:`TargetInstance` (a target scored after a context, with a greedy flag)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 
@@ -49,13 +50,19 @@ class MCInstance:
         """The instance solved: its gold choice's context and continuation, as a few-shot example."""
         return self.prompts()[self.label] + self.continuations[self.label]
 
+    def with_prefix(self, prefix: str) -> "MCInstance":
+        """The instance with ``prefix`` (few-shot demonstrations) before its context(s)."""
+        choice_contexts = [prefix + c for c in self.choice_contexts] if self.choice_contexts else None
+        return replace(self, context=prefix + self.context, choice_contexts=choice_contexts)
+
 
 @dataclass(frozen=True)
 class GenerationInstance:
     """One prompt that the model answers by generating text, greedily, until one of the ``until``
     strings or EOS or ``max_new_tokens`` tokens. ``references`` are the accepted answers; the first
     is the one a fine-tuned model is trained to produce (followed by the tokenizer's EOS).
-    ``prompt`` is complete: description and few-shot demonstrations included."""
+    ``prompt`` is complete: description and few-shot demonstrations included; as a few-shot
+    demonstration the instance is its prompt, ``target_delimiter`` and first reference."""
 
     id: str
     prompt: str
@@ -63,6 +70,7 @@ class GenerationInstance:
     until: Tuple[str, ...] = ()
     max_new_tokens: int = 256
     group: Optional[str] = None
+    target_delimiter: str = " "
 
     def __post_init__(self) -> None:
         if not self.references:
@@ -71,6 +79,12 @@ class GenerationInstance:
             raise ValueError(f"Instance {self.id}: max_new_tokens must be at least 1, got {self.max_new_tokens}")
         if any(stop == "" for stop in self.until):
             raise ValueError(f"Instance {self.id}: an empty stop string would stop generation at once")
+
+    def demonstration(self) -> str:
+        return self.prompt + self.target_delimiter + self.references[0]
+
+    def with_prefix(self, prefix: str) -> "GenerationInstance":
+        return replace(self, prompt=prefix + self.prompt)
 
 
 @dataclass(frozen=True)
@@ -122,3 +136,20 @@ class Row:
         if value not in options:
             raise self.error(name, f"must be one of {list(options)}, got {value!r}")
         return list(options).index(value)
+
+
+@dataclass(frozen=True)
+class TargetInstance:
+    """One target scored after its context, with whether greedy decoding from the context would
+    have produced it (lm-evaluation-harness's ``loglikelihood`` request, LAMBADA's last word).
+    ``context`` is complete (few-shot demonstrations included); ``target`` carries its own
+    leading space."""
+
+    id: str
+    context: str
+    target: str
+    group: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not self.target:
+            raise ValueError(f"Instance {self.id} has an empty target")

@@ -1,32 +1,24 @@
 """The multiple-choice task abstraction: every task turns its rows into :class:`MCInstance` objects."""
 
 from dataclasses import replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from tango.common import Registrable
-from tango.common.det_hash import CustomDetHash
 from tango.common.exceptions import ConfigurationError
 
-from ..storage.hashing import remembered_sha256_of_file
-from ..storage.hub import hub_failure
-from .data_files import load_local_rows
-from .fewshot import SEPARATOR, add_demonstrations
+from .base import Task
+from .fewshot import add_demonstrations, check_shots, fewshot_key
 from .formulation import lettered, without_answer_cue
 from .instance import MCInstance, Row
-
-LOCAL_DATA = "give the task local files of the same fields as data_files ({split: path})"
 
 if TYPE_CHECKING:  # datasets is imported where rows are loaded: a cached run never needs it
     import datasets
 
 
-class MultipleChoiceTask(Registrable, CustomDetHash):
-    """A multiple-choice task read from the HF hub or from local files.
+class MultipleChoiceTask(Task):
+    """A multiple-choice task read from the HF hub or from local files (:class:`~.base.Task`).
 
     Subclasses say which hub dataset holds the task and how one row becomes an
-    :class:`MCInstance`. ``data_files`` (``{split: path}``) replaces the hub copy with local
-    jsonl/json/csv/parquet files of the same fields, which is how everything runs offline.
+    :class:`MCInstance`.
 
     Every task also takes:
 
@@ -44,10 +36,7 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
     """
 
     VERSION = "1"
-    HUB_ID: Optional[str] = None  # None: local data_files only
-    HUB_CONFIG: Optional[str] = None
-    #: Hub split name for each of our split names.
-    HUB_SPLITS: Mapping[str, str] = {"train": "train", "validation": "validation"}
+    REQUEST_TYPE = "multiple_choice"
     #: The field whose value gives the gold index, named when it is out of range.
     LABEL_FIELD = "label"
     #: A context that carries no question, e.g. "Answer:", for tasks whose prompt ends in it.
@@ -75,32 +64,17 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
         fewshot_seed: int = 1234,
         formulation: Optional[str] = None,
     ) -> None:
-        self.hub_id = hub_id or self.HUB_ID
-        self.revision = revision
-        self.data_files = {split: Path(path) for split, path in (data_files or {}).items()}
-        for split, path in self.data_files.items():
-            if not path.is_file():
-                raise ConfigurationError(f"{type(self).__name__}: data file for split '{split}' not found: {path}")
+        super().__init__(data_files, hub_id, revision)
         self.formulation = formulation or self.DEFAULT_FORMULATION
         if self.formulation not in self.FORMULATIONS:
             raise ConfigurationError(
                 f"{type(self).__name__}: formulation must be one of {', '.join(self.FORMULATIONS)}, "
                 f"got {self.formulation!r}"
             )
-        if num_shots < 0:
-            raise ConfigurationError(f"num_shots must be at least 0, got {num_shots}")
         self.num_shots = num_shots
         self.fewshot_split = fewshot_split or self.FEWSHOT_SPLIT
         self.fewshot_seed = fewshot_seed
-        if num_shots and self.fewshot_split is not None and self.fewshot_split not in self.splits:
-            raise ConfigurationError(
-                f"{type(self).__name__}: no split '{self.fewshot_split}' to take {num_shots} few-shot "
-                f"demonstrations from (have: {', '.join(self.splits)}); set fewshot_split"
-            )
-
-    @property
-    def splits(self) -> Sequence[str]:
-        return list(self.data_files) if self.data_files else list(self.HUB_SPLITS)
+        check_shots(self)
 
     @property
     def unconditioned_context(self) -> Optional[str]:
@@ -114,18 +88,12 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
         return None
 
     def det_hash_object(self) -> Any:
-        if self.data_files:
-            source: Any = {split: remembered_sha256_of_file(path) for split, path in sorted(self.data_files.items())}
-        else:
-            source = (self.hub_id, self.HUB_CONFIG, self.revision)
-        key: Tuple[Any, ...] = (type(self).__name__, self.VERSION, self.settings(), source)
+        key: Tuple[Any, ...] = (type(self).__name__, self.VERSION, self.settings(), self.data_source())
         prompting: Dict[str, Any] = {}
         if self.formulation != self.DEFAULT_FORMULATION:
             prompting["formulation"] = self.formulation
         if self.num_shots:
-            prompting["fewshot"] = (
-                self.num_shots, self.fewshot_split, self.fewshot_seed, self.FEWSHOT_SAMPLER, SEPARATOR
-            )
+            prompting["fewshot"] = fewshot_key(self)
         return key + (prompting,) if prompting else key
 
     def instances(self, split: str, limit: Optional[int] = None) -> List[MCInstance]:
@@ -155,33 +123,6 @@ class MultipleChoiceTask(Registrable, CustomDetHash):
             instance = lettered(instance, self.mc_question(row, instance))
         group = row.get(self.GROUP_FIELD) if self.GROUP_FIELD else None
         return replace(instance, description=self.description(row), group=group)
-
-    def load_rows(self, split: str) -> Tuple["datasets.Dataset", str]:
-        """The rows of ``split`` and a name for where they come from (for error messages)."""
-        if self.data_files:
-            if split not in self.data_files:
-                raise ConfigurationError(
-                    f"{type(self).__name__}: no data file for split '{split}' (have: {', '.join(self.data_files)})"
-                )
-            path = self.data_files[split]
-            return load_local_rows(path, split), str(path)
-        if self.hub_id is None:
-            raise ConfigurationError(f"{type(self).__name__} has no hub copy: give data_files")
-        if split not in self.HUB_SPLITS:
-            raise ConfigurationError(
-                f"{type(self).__name__}: unknown split '{split}' (have: {', '.join(self.HUB_SPLITS)})"
-            )
-        import datasets
-
-        hub_split = self.HUB_SPLITS[split]
-        try:
-            rows = datasets.load_dataset(self.hub_id, self.HUB_CONFIG, split=hub_split, revision=self.revision)
-        except Exception as e:
-            reason = hub_failure("dataset", self.hub_id, e, LOCAL_DATA, repo_type="dataset")
-            if reason is None:
-                raise
-            raise ConfigurationError(reason) from e
-        return rows, f"hub dataset {self.hub_id} ({hub_split} split)"
 
     def row_to_instance(self, row: Row, instance_id: str) -> MCInstance:
         """Build the cloze instance from a row; ``row.get(name, kind)`` returns a checked field."""

@@ -11,11 +11,30 @@ permutation, so every example is still seen.
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
+from tango.common.exceptions import ConfigurationError
 
 from .seeds import derive_seed
+
+
+def micro_batch_size_for(batch_size: int, micro_batch_size: Optional[int], workers: int) -> int:
+    """The micro-batch size (default: ``batch_size``), after checking that the global batch splits
+    into whole micro-batches that ``workers`` can share equally: the one batching check, made when
+    the step graph is built and again by every plan."""
+    micro = batch_size if micro_batch_size is None else micro_batch_size
+    if micro < 1 or batch_size % micro:
+        raise ConfigurationError(f"micro_batch_size={micro} must be a positive divisor of batch_size={batch_size}")
+    if (batch_size // micro) % workers:
+        raise ConfigurationError(
+            f"batch_size={batch_size} makes {batch_size // micro} micro-batch(es) of {micro}, which "
+            f"device_count={workers} workers cannot share equally: set micro_batch_size (per device) so "
+            f"that batch_size is a multiple of micro_batch_size*device_count, e.g. "
+            f"micro_batch_size={batch_size // workers} if that divides. It is part of the cache key: keep it "
+            "when you change device_count, and you get the same model"
+        )
+    return micro
 
 
 @dataclass(frozen=True)
@@ -26,8 +45,7 @@ class BatchPlan:
     seed: int
 
     def __post_init__(self) -> None:
-        if self.batch_size % self.micro_batch_size:
-            raise ValueError(f"batch_size={self.batch_size} is not a multiple of micro_batch_size={self.micro_batch_size}")
+        micro_batch_size_for(self.batch_size, self.micro_batch_size, 1)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -52,8 +70,7 @@ class BatchPlan:
 
     def micro_batches(self, step: int, rank: int, world_size: int) -> List[Tuple[int, List[int]]]:
         """``(index in the step, example indices)`` of each micro-batch worker ``rank`` runs."""
-        if self.micro_batches_per_step % world_size:
-            raise ValueError(f"{self.micro_batches_per_step} micro-batches per step cannot be shared by {world_size} workers")
+        micro_batch_size_for(self.batch_size, self.micro_batch_size, world_size)
         examples = self.step_examples(step)
         size = self.micro_batch_size
         return [(j, examples[j * size:(j + 1) * size]) for j in range(rank, self.micro_batches_per_step, world_size)]

@@ -13,7 +13,8 @@ are called as Tango's ``torch::train`` calls them:
   validation) after the optimizer step, with the loss averaged over all workers;
 - in validation, ``pre_val_batch(step, val_step, epoch, val_batch)`` and
   ``post_val_batch(step, val_step, epoch, outputs)`` per validation batch of this worker's share,
-  then ``post_val_loop(step, epoch, val_acc, best_val_acc)``.
+  then ``post_val_loop(step, epoch, val_metric, best_val_metric)`` with the validation number
+  that chooses the best weights (``val_acc`` unless the step's ``val_metric`` says otherwise).
 
 ``step`` is the 0-based index of the optimizer step, as in Tango. Every callback's
 ``state_dict()`` (rank 0's, JSON) is saved with each checkpoint and given back to
@@ -32,6 +33,8 @@ from tango.common import DatasetDict
 from tango.common.exceptions import ConfigurationError
 from tango.common.lazy import Lazy
 from tango.integrations.torch import StopEarly, TrainCallback, TrainConfig
+
+from .checkpoints import ranking
 
 
 class CallbackStoppedTraining(ConfigurationError):
@@ -76,15 +79,43 @@ class Callbacks:
     def __bool__(self) -> bool:
         return bool(self.callbacks)
 
-    def __getattr__(self, name: str):
-        def call(*args: Any) -> None:
-            for callback in self.callbacks:
-                try:
-                    getattr(callback, name)(*args)
-                except StopEarly as e:
-                    raise CallbackStoppedTraining(stop_early_message(type(callback).__name__)) from e
+    def _call(self, hook: str, *args: Any) -> None:
+        for callback in self.callbacks:
+            try:
+                getattr(callback, hook)(*args)
+            except StopEarly as e:
+                raise CallbackStoppedTraining(stop_early_message(type(callback).__name__)) from e
 
-        return call
+    # Tango's hooks, each named once: a misspelled hook in the loop is an AttributeError.
+    def pre_train_loop(self) -> None:
+        self._call("pre_train_loop")
+
+    def post_train_loop(self, step: int, epoch: int) -> None:
+        self._call("post_train_loop", step, epoch)
+
+    def pre_epoch(self, step: int, epoch: int) -> None:
+        self._call("pre_epoch", step, epoch)
+
+    def post_epoch(self, step: int, epoch: int) -> None:
+        self._call("post_epoch", step, epoch)
+
+    def pre_batch(self, step: int, epoch: int, batch: Any) -> None:
+        self._call("pre_batch", step, epoch, batch)
+
+    def post_batch(self, step: int, epoch: int, batch_loss: float, outputs: Any) -> None:
+        self._call("post_batch", step, epoch, batch_loss, outputs)
+
+    def log_batch(self, step: int, epoch: int, batch_loss: float, outputs: Any) -> None:
+        self._call("log_batch", step, epoch, batch_loss, outputs)
+
+    def pre_val_batch(self, step: int, val_step: int, epoch: int, val_batch: Any) -> None:
+        self._call("pre_val_batch", step, val_step, epoch, val_batch)
+
+    def post_val_batch(self, step: int, val_step: int, epoch: int, val_batch_outputs: Any) -> None:
+        self._call("post_val_batch", step, val_step, epoch, val_batch_outputs)
+
+    def post_val_loop(self, step: int, epoch: int, val_metric: float, best_val_metric: float) -> None:
+        self._call("post_val_loop", step, epoch, val_metric, best_val_metric)
 
     def state_dicts(self) -> List[Dict[str, Any]]:
         return [callback.state_dict() for callback in self.callbacks]
@@ -125,12 +156,13 @@ def build_callbacks(job, rank: int, world_size: int, device: torch.device, engin
     ])
 
 
-def should_stop(validations: List[Dict[str, Any]], patience: Optional[int]) -> bool:
-    """Whether the last ``patience`` validations all failed to improve on the best validation
-    accuracy before them (the first validation to reach the highest accuracy is the last
-    improvement; an equal accuracy is no improvement)."""
+def should_stop(validations: List[Dict[str, Any]], patience: Optional[int], selected: str = "val_acc") -> bool:
+    """Whether the last ``patience`` validations all failed to improve on the best number
+    ``selected`` before them (the validation accuracy, or the lowest loss; see
+    :func:`.checkpoints.ranking`): the first validation to reach the best is the last
+    improvement; an equal number is no improvement."""
     if patience is None or not validations:
         return False
-    accuracies = [v["val_acc"] for v in validations]
-    last_improvement = accuracies.index(max(accuracies))
-    return len(accuracies) - 1 - last_improvement >= patience
+    scores = [ranking(v, selected)[0] for v in validations]
+    last_improvement = scores.index(max(scores))
+    return len(scores) - 1 - last_improvement >= patience

@@ -8,22 +8,25 @@ checkpoints before the other ranks had written theirs. Here a checkpoint is writ
 the optimizer state (under DDP the replicas' identical tensors are written once), keyed by
 parameter name, so that DCP reshards them on load for any world size and either strategy. The
 schedule, the callbacks' state and the progress are JSON. A checkpoint is written into a
-temporary directory; once every worker's shards are in (DCP's own final barrier), rank 0 renames
-it into place, only then points ``latest.json`` to it, and only then deletes older ones.
+temporary directory; once every worker's shards are in (DCP's own final barrier), rank 0
+publishes it (:func:`..storage.atomic.publish_dir`), only then points ``latest.json`` to it, and
+only then deletes older ones. A full disk fails the save with one line
+(:class:`..storage.space.DiskFullError`), and the run after space is freed resumes from the
+checkpoint before.
 """
 
 import json
-import os
 import shutil
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 
-from ..storage.atomic import replace_atomically
+from ..storage.atomic import fresh_temp_dir, publish_dir, publish_text, temp_beside
+from ..storage.space import reporting_full_disk
 
 # One worker saves and loads with no process group (``no_dist``), which DCP warns about each time.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
@@ -40,21 +43,36 @@ class Progress:
 
     step: int = 0
     validations: List[Dict[str, Any]] = field(default_factory=list)
+    #: The validation number that chooses the best weights (see :func:`ranking`).
+    selected: str = "val_acc"
 
     @property
     def best(self) -> Optional[Dict[str, Any]]:
-        """The validation with the highest accuracy; of equal ones, the lowest loss, then the earliest."""
+        """The best validation by :func:`ranking`; of equal ones, the earliest."""
         if not self.validations:
             return None
-        return max(self.validations, key=lambda v: (v["val_acc"], -v["val_loss"], -v["step"]))
+        return max(self.validations, key=lambda v: (*ranking(v, self.selected), -v["step"]))
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def ranking(validation: Dict[str, Any], selected: str) -> Tuple[float, ...]:
+    """How good a validation is by its number ``selected``, larger being better: ``val_loss``
+    negated (lower is better); an accuracy (``val_acc``, ``val_exact_match``) as it is, then,
+    of equal ones, the lower loss."""
+    if selected == "val_loss":
+        return (-validation["val_loss"],)
+    return (validation[selected], -validation["val_loss"])
+
+
+def state_bytes(state: Any) -> int:
+    """The bytes of the tensors in a (nested) state dict, each name counted (DCP writes a tied
+    weight under each of its names)."""
+    if isinstance(state, torch.Tensor):
+        return state.nbytes
+    if isinstance(state, dict):
+        return sum(state_bytes(value) for value in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(state_bytes(value) for value in state)
+    return 0
 
 
 def _options(model: torch.nn.Module):
@@ -63,6 +81,15 @@ def _options(model: torch.nn.Module):
 
     frozen = any(not p.requires_grad for p in model.parameters())
     return StateDictOptions(ignore_frozen_params=frozen, strict=not frozen)
+
+
+def checkpoint_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Dict[str, Any]:
+    """What a checkpoint holds: the weights that train and their optimizer state, keyed by name
+    (also of a model on the meta device: what a run will write, see :mod:`.preflight`)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer, options=_options(model))
+    return {"model": model_state, "optimizer": optimizer_state}
 
 
 def barrier() -> None:
@@ -95,25 +122,19 @@ class CheckpointStore:
         and the best one. ``training_state`` (JSON) comes from rank 0; ``world_size`` is recorded
         for people, and never read back."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        final = self.path(progress.step)
-        temp = final.with_name("." + final.name + ".tmp")
+        final, temp = self.path(progress.step), temp_beside(self.path(progress.step))
         if rank == 0:
-            shutil.rmtree(temp, ignore_errors=True)  # left by a killed run
-            temp.mkdir(parents=True)
+            fresh_temp_dir(final)  # (what a killed run left there goes)
         barrier()
-        model_state, optimizer_state = get_state_dict(model, optimizer, options=_options(model))
-        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=temp, no_dist=not dist.is_initialized())
-        if rank == 0:
+        state = checkpoint_state(model, optimizer)
+        with reporting_full_disk(final, needed=state_bytes(state)):
+            dcp.save(state, checkpoint_id=temp, no_dist=not dist.is_initialized())
+        if rank == 0:  # every worker's shards are in (DCP's own final barrier)
             state = {"progress": asdict(progress), "training_state": training_state, "world_size": world_size}
-            (temp / STATE).write_text(json.dumps(state, indent=1))
-            for path in temp.iterdir():
-                _fsync(path)
-            shutil.rmtree(final, ignore_errors=True)  # left by a run killed before it pointed to it
-            os.replace(temp, final)
-            _fsync(self.dir)
-            replace_atomically(self.dir / LATEST, lambda p: p.write_text(json.dumps({"step": progress.step})))
+            publish_text(temp / STATE, json.dumps(state, indent=1))
+            publish_dir(final)
+            publish_text(self.dir / LATEST, json.dumps({"step": progress.step}))
             best = progress.best
             self.keep({final.name, self.path(best["step"]).name if best else final.name})
         barrier()  # no worker moves on before the checkpoint is complete
@@ -128,14 +149,12 @@ class CheckpointStore:
         call; each reads the shards it keeps, whatever the world size and strategy that wrote
         them); returns its JSON state (``progress``, ``training_state``)."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.checkpoint.state_dict import set_state_dict
 
-        options = _options(model)
-        model_state, optimizer_state = get_state_dict(model, optimizer, options=options)
-        state = {"model": model_state, "optimizer": optimizer_state}
+        state = checkpoint_state(model, optimizer)
         dcp.load(state, checkpoint_id=path, no_dist=not dist.is_initialized())
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"],
-                       options=options)
+                       options=_options(model))
         return json.loads((path / STATE).read_text())
 
     def load_weights(self, path: Path, model: torch.nn.Module) -> None:
@@ -147,8 +166,3 @@ class CheckpointStore:
         state = {"model": get_model_state_dict(model, options=options)}
         dcp.load(state, checkpoint_id=path, no_dist=not dist.is_initialized())
         set_model_state_dict(model, state["model"], options=options)
-
-    def progress(self) -> Progress:
-        """The progress recorded in the latest checkpoint."""
-        pointer = json.loads((self.dir / LATEST).read_text())
-        return Progress(**json.loads((self.path(pointer["step"]) / STATE).read_text())["progress"])

@@ -2,17 +2,18 @@
 
 What makes its result independent of how it was computed:
 - each optimizer step is one whole global batch of the :class:`~.batches.BatchPlan`, its
-  micro-batches shared out over the workers, their losses averaged over the whole batch;
+  micro-batches shared out over the workers, their losses averaged over the whole batch (over
+  its instances for multiple choice, over its answer tokens for generative tasks: :mod:`.generative`);
 - before each micro-batch's forward pass the RNG is seeded from (seed, step, micro-batch), so the
   dropout masks do not depend on the rank, the device count or on interruptions;
 - validation is exact (per-instance sums over each worker's shard, summed over workers) and runs
-  at every checkpoint, so the best validation's weights are always saved;
+  at every checkpoint, so the best validation's weights (by ``job.selected``) are always saved;
 - checkpoints hold the global state, sharded by name (see :mod:`.checkpoints`), so a run resumes
   on any number of devices, under either strategy;
 - the result is the best validation's weights, written without gathering them (:mod:`.result`);
 - the optimizer and schedule are built per worker (:mod:`.optimizers`); callbacks observe only
-  (:mod:`.callbacks`); early stopping (``patience``) is recorded in the checkpoint, so a stopped
-  run resumes as stopped.
+  (:mod:`.callbacks`), and so do the trackers (W&B, TensorBoard: :mod:`.tracking`); early
+  stopping (``patience``) is recorded in the checkpoint, so a stopped run resumes as stopped.
 """
 
 import logging
@@ -28,15 +29,19 @@ from tango.integrations.torch import TrainCallback
 from tango.workspace import Workspace
 
 from ..models.adapters import Adapter
+from ..models.answer_loss import AnswerCollator, AnswerLossModel
 from ..models.loading import ModelSpec
 from ..models.rank_classification import RankClassificationCollator, RankClassificationModel
+from ..tracking.settings import Tracking
 from .batches import BatchPlan
 from .callbacks import Callbacks, EngineView, build_callbacks, should_stop
 from .checkpoints import CHECKPOINTS, CheckpointStore, Progress
+from .generative import answer_validation_sums, exact_matches, loss_divisor
 from .optimizers import build_optimizer, build_schedule
 from .result import write_result
 from .seeds import derive_seed
 from .strategies import distribute, gradient_sync, sharded_model
+from .tracking import TrainingTracker, clip_gradients
 
 Example = Dict[str, Any]
 logger = logging.getLogger(__name__)
@@ -75,6 +80,34 @@ class TrainingJob:
     lr_scheduler: Optional[Lazy] = None
     decay_biases_and_norms: bool = False
     patience: Optional[int] = None
+    tracking: Optional[Tracking] = None  # W&B / TensorBoard, reported by rank 0 (see .tracking)
+    #: Trains answers of generative tasks (:mod:`.generative`) instead of ranking choices.
+    generative: bool = False
+    #: The validation number that chooses the best weights (``val_acc``, ``val_loss``, ``val_exact_match``).
+    selected: str = "val_acc"
+    #: The tasks, to score validation generations by their rules (``val_exact_match`` only).
+    tasks: Optional[List[Any]] = None
+
+    def build_model(self, lm=None) -> RankClassificationModel:
+        """The model to train (``lm``: one whose weights are still on the meta device)."""
+        if self.generative:
+            return AnswerLossModel(self.spec, self.adapter, self.gradient_checkpointing, lm=lm)
+        return RankClassificationModel(self.spec, self.adapter, self.gradient_checkpointing, self.shared_context, lm=lm)
+
+    def collator(self, model: RankClassificationModel):
+        """What turns a list of examples into the model's batch."""
+        if self.generative:
+            return AnswerCollator(self.pad_token_id, self.max_length)
+        return RankClassificationCollator(self.pad_token_id, self.max_length, model.shares_contexts)
+
+    def loss_divisor(self, step: int, world_size: int) -> float:
+        """What a micro-batch's loss is divided by, so that with DDP's average over the workers
+        the step's gradient is the global batch's mean: the micro-batches of a worker (whose
+        losses are means over their instances), or the global batch's answer tokens over the
+        workers (generative losses are sums)."""
+        if self.generative:
+            return loss_divisor(self.train, self.plan, step, world_size)
+        return self.plan.micro_batches_per_step // world_size
 
     @property
     def checkpoints(self) -> CheckpointStore:
@@ -101,7 +134,8 @@ def validate(
 ) -> Dict[str, float]:
     """Exact accuracy and mean loss over the whole validation split (worker ``rank`` scores every
     ``world_size``-th instance; the sums, not per-worker means, are combined). In full precision
-    whatever the training precision, as PredictStep scores by default: the two agree."""
+    whatever the training precision, as PredictStep scores by default: the two agree. For
+    generative tasks, the loss per answer token, and the exact match when it is ``selected``."""
     assert job.validation is not None
     model.eval()
     shard = job.validation[rank::world_size]
@@ -117,18 +151,34 @@ def validate(
         outputs = model(**_to(batch, device))
         if items and callbacks:
             callbacks.post_val_batch(step, val_step, epoch, outputs)
-        if items:
-            sums += torch.stack([outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items))]).to(sums)
+        if items and job.generative:
+            sums += answer_validation_sums(outputs).to(sums)
+        elif items:
+            counts = [outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items), device=device)]
+            sums += torch.stack(counts).to(sums)
+    if job.selected == "val_exact_match":  # greedy generations, scored by each task's rule
+        sums[0] = exact_matches(model.scoring_lm, job.spec.load_tokenizer(), job.tasks, shard, job.pad_token_id,
+                                job.max_length, job.plan.micro_batch_size)
     correct, loss, count = _sum_over_workers(sums).tolist()
     model.train()
-    return {"val_acc": correct / count, "val_loss": loss / count}
+    if not job.generative:
+        return {"val_acc": correct / count, "val_loss": loss / count}
+    scores = {"val_loss": loss / count}  # per answer token
+    if job.selected == "val_exact_match":
+        scores["val_exact_match"] = correct / len(job.validation)
+    return scores
 
 
 def train_worker(rank: int, world_size: int, device: torch.device, job: TrainingJob) -> None:
+    with TrainingTracker(job.tracking, rank, job, world_size, device) as tracker:
+        _train(rank, world_size, device, job, tracker)
+
+
+def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, tracker: TrainingTracker) -> None:
     torch.manual_seed(derive_seed(job.plan.seed, "init"))  # for any freshly initialised weights
     model = sharded_model(job, world_size, device)  # FSDP: each worker reads its shards alone
     if model is None:
-        model = RankClassificationModel(job.spec, job.adapter, job.gradient_checkpointing, job.shared_context)
+        model = job.build_model()
         trained = distribute(model.to(device), job.strategy, world_size)
     else:
         trained = model
@@ -138,20 +188,21 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
     schedule = build_schedule(job.lr_scheduler, optimizer, job.train_steps, job.warmup_steps)
     latest = job.checkpoints.latest()
     if latest is None:
-        progress, training_state = Progress(), {"callbacks": [], "losses": []}
+        progress, training_state = Progress(selected=job.selected), {"callbacks": [], "losses": []}
     else:  # every worker reads the shards it keeps, whoever wrote them
         state = job.checkpoints.load(latest, model, optimizer)
         progress, training_state = Progress(**state["progress"]), state["training_state"]
         schedule.load_state_dict(training_state["schedule"])
         if rank == 0:
             logger.info("Resuming from the checkpoint of step %d (%s)", progress.step, latest)
-    collate = RankClassificationCollator(job.pad_token_id, job.max_length, model.shares_contexts)
+    collate = job.collator(model)
     callbacks = build_callbacks(job, rank, world_size, device, EngineView(trained, optimizer, schedule))
     callbacks.load_state_dicts(training_state["callbacks"])
     losses = training_state.get("losses", [])  # [step, loss] every log_every steps, for the curves
     stopped_at = training_state.get("stopped_at")  # a stopped run resumes as stopped
     end = job.train_steps if stopped_at is None else progress.step
 
+    tracker.start(progress.step)
     callbacks.pre_train_loop()
     start, shown = progress.step, {}
     desc = f"Training (resumed from step {start})" if start else "Training"
@@ -168,6 +219,7 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
         batches = [collate([job.train[i] for i in examples]) for _, examples in micro_batches]
         callbacks.pre_batch(step, epoch, batches)
         batch_loss, outputs = torch.zeros((), device=device), []
+        divisor = job.loss_divisor(step, world_size)
         for n, ((index, _), batch) in enumerate(zip(micro_batches, batches)):
             batch = _to(batch, device)
             torch.manual_seed(derive_seed(job.plan.seed, "dropout", step, index))
@@ -177,15 +229,15 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
                 device.type, torch.bfloat16, enabled=job.precision == "bf16-mixed"
             ):
                 output = trained(**batch)
-                loss = output["loss"] / len(micro_batches)
+                loss = output["loss"] / divisor
                 loss.backward()
             batch_loss += loss.detach()
             if callbacks:
                 outputs.append({k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in output.items()})
         if callbacks:  # this worker's loss, before the optimizer step, as Tango's loop
             callbacks.post_batch(step, epoch, batch_loss.item(), outputs)
-        if job.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(trainable, job.max_grad_norm)
+        grad_norm = clip_gradients(trainable, job.max_grad_norm, measure=tracker.measures_gradients)
+        lr = optimizer.param_groups[0]["lr"]  # this step's, for the trackers
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
@@ -197,6 +249,7 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
             loss_value = _sum_over_workers(batch_loss).item() / world_size
             if progress.step % job.log_every == 0:
                 losses.append([progress.step, loss_value])
+                tracker.log_training(progress.step, loss_value, lr, grad_norm)
             callbacks.log_batch(step, epoch, loss_value, outputs)
             shown["loss"] = f"{loss_value:.4f}"
             bar.set_postfix(shown)
@@ -206,11 +259,11 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
                 scores = validate(model, job, collate, rank, world_size, device, callbacks, step, epoch)
                 record = {"step": progress.step, "epoch": epoch, **scores}
                 progress.validations.append(record)
-                best = progress.best
-                callbacks.post_val_loop(step, epoch, record["val_acc"], best["val_acc"])
-                shown.update(val_acc=f"{record['val_acc']:.4f}", best_val_acc=f"{best['val_acc']:.4f}")
+                best, selected = progress.best, job.selected
+                callbacks.post_val_loop(step, epoch, record[selected], best[selected])
+                shown.update({selected: f"{record[selected]:.4f}", f"best_{selected}": f"{best[selected]:.4f}"})
                 bar.set_postfix(shown)
-                if should_stop(progress.validations, job.patience) and progress.step < job.train_steps:
+                if should_stop(progress.validations, job.patience, selected) and progress.step < job.train_steps:
                     stopped_at = progress.step
             training_state = {
                 "schedule": schedule.state_dict(),
@@ -219,14 +272,15 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
                 **({"stopped_at": stopped_at} if stopped_at is not None else {}),
             }
             job.checkpoints.save(model, optimizer, training_state, progress, rank, world_size)  # every rank
+            tracker.log_checkpoint(progress)
             if stopped_at is not None:
                 if rank == 0:
-                    logger.info("Stopping early at step %d: %d validations without a better accuracy",
-                                stopped_at, job.patience)
+                    logger.info("Stopping early at step %d: %d validations without a better %s",
+                                stopped_at, job.patience, job.selected)
                 break
     bar.close()
     optimizer.state.clear()  # the optimizer state is in the checkpoints; the result needs the memory
-    history = {"loss": losses, "validations": [{k: v[k] for k in ("step", "val_acc", "val_loss")}
+    history = {"loss": losses, "validations": [{k: n for k, n in v.items() if k != "epoch"}
                                                for v in progress.validations]}
     write_result(model, job.checkpoints, progress, job.work_dir, rank,
                  {"history": history, "world_size": world_size,  # for people; never read back

@@ -6,8 +6,9 @@ Full fine-tuning on several workers writes with ``torch.distributed.checkpoint``
 writer: each worker writes its shards, then they are consolidated into one file of full tensors,
 tensor by tensor. An adapter's weights are small, and named as peft names them, and one worker
 holds the whole model anyway: then rank 0 writes them with safetensors' own writer.
-The directory is written under a temporary name and renamed into place with ``result.json``
-inside, so a run killed after it is complete finds it and trains no more.
+The directory is published (:func:`..storage.atomic.publish_dir`: written under a temporary
+name, fsynced, renamed into place) with ``result.json`` inside, so a run killed after it is
+complete finds it and trains no more; the cache entry then links the weights file.
 """
 
 import json
@@ -18,11 +19,16 @@ from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import torch.distributed as dist
 
+from ..storage.atomic import fresh_temp_dir, publish_dir, publish_text, temp_beside
 from ..storage.hashing import sha256_of_file
+from ..storage.space import reporting_full_disk
 from ..storage.weights import save_state_dict
 from .checkpoints import CheckpointStore, Progress, barrier
 
 if TYPE_CHECKING:  # a step that finds its result here imports no model code
+    from ..models.adapters import Adapter
+    from ..models.finetuned import FinetunedModel
+    from ..models.loading import ModelSpec
     from ..models.rank_classification import RankClassificationModel
 
 RESULT = "result"
@@ -34,6 +40,20 @@ def finished(work_dir: Path) -> Optional[Dict[str, Any]]:
     """What a completed training left (``weights``: the file's meta; ``training_metrics``), if it did."""
     record = work_dir / RESULT / RECORD
     return json.loads(record.read_text()) if record.exists() else None
+
+
+def finished_model(work_dir: Path, spec: "ModelSpec", adapter: Optional["Adapter"]) -> Optional["FinetunedModel"]:
+    """What a completed training wrote into ``work_dir`` (the best validation's weights, or the
+    last step's) as the step's result, if it completed."""
+    from ..models.finetuned import FinetunedModel
+
+    record = finished(work_dir)
+    if record is None:
+        return None
+    return FinetunedModel(
+        spec, training_metrics=record["training_metrics"], adapter=adapter,
+        weights_file=work_dir / RESULT / WEIGHTS, weights_meta=record["weights"],
+    )
 
 
 def write_result(
@@ -51,10 +71,9 @@ def write_result(
     step = best["step"] if best else progress.step
     if step != progress.step:
         checkpoints.load_weights(checkpoints.path(step), model)
-    final, temp = work_dir / RESULT, work_dir / ".result.tmp"
+    final, temp = work_dir / RESULT, temp_beside(work_dir / RESULT)
     if rank == 0:
-        shutil.rmtree(temp, ignore_errors=True)
-        temp.mkdir(parents=True)
+        fresh_temp_dir(final)
     barrier()
     if isinstance(model.lm, PeftModel) or not dist.is_initialized():
         # An adapter is small; one worker holds the whole model anyway. (safetensors' own writer
@@ -65,9 +84,8 @@ def write_result(
         meta = _write_full_weights(model, temp, rank)
     if rank == 0:
         record = {"weights": meta, "training_metrics": {**(best or {"step": step}), **(extra_metrics or {})}}
-        (temp / RECORD).write_text(json.dumps(record, indent=1))
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(temp, final)
+        publish_text(temp / RECORD, json.dumps(record, indent=1))
+        publish_dir(final)
     barrier()
 
 
@@ -79,7 +97,8 @@ def _write_full_weights(model: "RankClassificationModel", temp: Path, rank: int)
     aliases = {alias: names[0] for names in model.tied_names for alias in names[1:]}
     keys = list(weights)
     writer = dcp.HuggingFaceStorageWriter(str(temp / "hf"), save_distributed=True, enable_consolidation=True)
-    dcp.save({k: v for k, v in weights.items() if k not in aliases}, storage_writer=writer)
+    with reporting_full_disk(temp / WEIGHTS):
+        dcp.save({k: v for k, v in weights.items() if k not in aliases}, storage_writer=writer)
     if rank != 0:
         return None
     (consolidated,) = (temp / "hf").glob("model-*.safetensors")

@@ -80,7 +80,7 @@ def sharded_model(job, world_size: int, device: torch.device) -> Optional[RankCl
     expected = {name for name, _ in lm.named_parameters()}
     if expected - tied - names:
         return None  # the files name the weights otherwise (renamed in this transformers version)
-    model = RankClassificationModel(job.spec, None, job.gradient_checkpointing, job.shared_context, lm=lm)
+    model = job.build_model(lm=lm)
     # Whether its logits are its output layer on its hidden states, by its config: comparing
     # both ways would need the whole weights on every worker.
     output_layer(model.lm, compare_logits=False)

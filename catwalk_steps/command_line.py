@@ -1,0 +1,152 @@
+"""What ``python -m catwalk_steps.train`` and ``python -m catwalk_steps.evaluate`` share: the
+flags, the tasks and suites they name, and the step graph, built by the same Jsonnet helpers
+(``configs/lib.libsonnet``) a config calls, so the steps, and their cache keys, are the config's:
+a config run after the command finds everything in the workspace."""
+
+import argparse
+import inspect
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from tango.common import Params
+from tango.common.exceptions import ConfigurationError
+from tango.step_graph import StepGraph
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+def step_defaults(run: Callable) -> Dict[str, Any]:
+    """The defaults of a step's ``run`` parameters: what a flag left out means."""
+    return {name: p.default for name, p in inspect.signature(run).parameters.items() if p.default is not p.empty}
+
+
+def add_step_flag(
+    parser: argparse.ArgumentParser, flag: str, defaults: Dict[str, Any], help: str, type: Callable = str
+) -> None:
+    """A flag for a step setting: left out, it is left out of the config (the step's default
+    applies and the cache key is the config's), and ``--help`` shows that default."""
+    parser.add_argument(
+        f"--{flag}", type=type, default=argparse.SUPPRESS, help=f"{help} (default: {defaults.get(flag)})"
+    )
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--task", action="append", required=True, metavar="NAME",
+        help="a registered task (piqa, arc_easy, mmlu, ...) or a suite (core); repeat for several",
+    )
+    parser.add_argument(
+        "--data_files", nargs="+", metavar="SPLIT=PATH", default=[],
+        help="local data files of the task (one task only), e.g. train=train.jsonl validation=dev.jsonl",
+    )
+    parser.add_argument(
+        "--split", default=None, help="the split to score (default: validation, or the suite's split for each task)"
+    )
+    parser.add_argument("--limit", type=int, default=None, help="score only the first N instances (default: all)")
+    parser.add_argument(
+        "--unconditioned", action="store_true", help="also score each choice after the bare answer cue, for acc_uncond"
+    )
+    parser.add_argument("--output_dir", default=None, help="also write predictions, table and diffs here (default: none)")
+    parser.add_argument("-w", "--workspace", default="workspace", help="the Tango workspace (default: workspace)")
+
+
+def parse_data_files(pairs: Sequence[str]) -> Dict[str, str]:
+    files = {}
+    for pair in pairs:
+        split, sep, path = pair.partition("=")
+        if not sep or not split or not path:
+            raise ConfigurationError(f"--data_files takes SPLIT=PATH, got {pair!r}")
+        if not Path(path).is_file():
+            raise ConfigurationError(f"--data_files {split}={path}: no such file")
+        files[split] = path
+    return files
+
+
+def resolve_tasks(names: Sequence[str], data_files: Dict[str, str]) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """``({name: task config}, {name: split})`` for registered task names and suite names."""
+    from .tasks import MultipleChoiceTask
+
+    suites = json.loads(evaluate_jsonnet('import "suites.libsonnet"'))
+    registered = list(MultipleChoiceTask.list_available())
+    tasks: Dict[str, Any] = {}
+    splits: Dict[str, str] = {}
+    for name in names:
+        if name in suites:
+            for task, entry in suites[name].items():
+                tasks[task] = entry["task"]
+                splits[task] = entry.get("split", "validation")
+        elif name in registered:
+            tasks[name] = {"type": name}
+        else:
+            raise ConfigurationError(
+                f"Unknown task {name!r}: registered tasks are {', '.join(sorted(registered))}; suites are "
+                f"{', '.join(sorted(suites))}"
+            )
+    if data_files:
+        if len(tasks) != 1:
+            raise ConfigurationError(f"--data_files applies to a single task, but {len(tasks)} are named: {', '.join(tasks)}")
+        tasks[next(iter(tasks))]["data_files"] = data_files
+    return tasks, splits
+
+
+def predict_settings(args: argparse.Namespace) -> Dict[str, Any]:
+    """``catwalk::predict``'s settings the flags set (only those given: the rest keep the step's
+    defaults, and the cache key the config's)."""
+    settings: Dict[str, Any] = {}
+    if args.limit is not None:
+        settings["limit"] = args.limit
+    if args.unconditioned:
+        settings["unconditioned"] = True
+    return settings
+
+
+def evaluate_jsonnet(snippet: str) -> str:
+    """Evaluates Jsonnet with ``configs/`` on the import path."""
+    import rjsonnet
+
+    if not (CONFIGS / "lib.libsonnet").is_file():
+        raise ConfigurationError(f"The command line builds its steps with {CONFIGS / 'lib.libsonnet'}, which is missing")
+    return rjsonnet.evaluate_snippet("<command line>", snippet, jpathdir=[str(CONFIGS)])
+
+
+def lib_call(function: str, *arguments: Any, **named: Any) -> str:
+    """A Jsonnet config whose steps are ``lib.<function>(...)`` of these (JSON) values."""
+    values = [json.dumps(a) for a in arguments] + [f"{k}={json.dumps(v)}" for k, v in named.items()]
+    return f'local lib = import "lib.libsonnet";\n{{ steps: lib.{function}({", ".join(values)}) }}\n'
+
+
+def model_name(spec: str) -> str:
+    """A model spec (``rc::data/tiny/model``) as a table row part (no ``/``)."""
+    return re.sub(r"[^A-Za-z0-9:._-]+", "_", spec)
+
+
+def run_config(config: str, workspace: str) -> int:
+    """Builds the step graph of ``config`` (Jsonnet) and runs it in ``workspace`` as ``tango run``
+    does: 0 when every step succeeded, 1 when one failed, 2 for a bad setting."""
+    from tango.cli import CliRunError, execute_step_graph, tango_cli
+    from tango.workspace import Workspace
+
+    try:
+        graph = StepGraph.from_params(Params(json.loads(evaluate_jsonnet(config)))["steps"].as_dict(quiet=True))
+    except (ConfigurationError, RuntimeError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with tango_cli():
+        try:
+            execute_step_graph(graph, Workspace.from_url(workspace))
+        except CliRunError:
+            return 1
+    return 0
+
+
+def main_with(build: Callable[[argparse.Namespace], str], parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> int:
+    """Parses ``argv``, builds the config (bad flags exit 2 with the reason) and runs it."""
+    args = parser.parse_args(argv)
+    try:
+        config = build(args)
+    except ConfigurationError as e:
+        parser.error(str(e))
+    return run_config(config, args.workspace)

@@ -1,0 +1,66 @@
+"""The training-time model of generative fine-tuning and its collator: token-level cross-entropy
+on an answer given its prompt.
+
+The answer is the first reference followed by the tokenizer's EOS (so that the model learns to
+stop); the prompt's tokens are read but not in the loss. The forward pass returns the
+micro-batch's *summed* loss: the training loop divides it by the answer tokens of the whole
+global batch (:mod:`catwalk_steps.training.generative`), so that a micro-batch holding few
+answer tokens weighs no more per token than one holding many, whatever the micro-batching and
+the device count. Tokens, padding and truncation follow :mod:`.scoring`: an answer is a
+continuation like any other, and the same left-padded batch gives its summed log-likelihood.
+"""
+
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence
+
+import torch
+from tango.integrations.torch import DataCollator
+
+from .rank_classification import RankClassificationModel
+from .scoring import Query, collate_queries, continuation_logliks, encode_pair
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+
+def encode_answer(tokenizer: "PreTrainedTokenizerBase", prompt: str, answer: str, encoder_decoder: bool) -> Query:
+    """The prompt's tokens and the answer's, then EOS (as :func:`.scoring.encode_pair` splits
+    them). An encoder-decoder's scoring appends the EOS itself (:mod:`.seq2seq`)."""
+    query = encode_pair(tokenizer, prompt, answer)
+    return query if encoder_decoder else Query(query.context, query.continuation + (tokenizer.eos_token_id,))
+
+
+def scored_tokens(answer: Sequence[int], encoder_decoder: bool) -> int:
+    """How many tokens of an answer the loss sums over: EOS included, wherever it is appended."""
+    return len(answer) + int(encoder_decoder)
+
+
+class AnswerLossModel(RankClassificationModel):
+    """The language model of a generative fine-tune: the LM wrapper of rank classification
+    (loading, adapter, gradient checkpointing, tied weights), scoring one answer per instance
+    instead of choices. Contexts are never shared: an instance has one continuation."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **{**kwargs, "shared_context": False})
+
+    def forward(self, **batch: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """``loss``: the summed negative log-likelihood of the batch's answer tokens (to be
+        divided by the global batch's answer tokens); ``losses`` and ``tokens``: per instance.
+        ``batch``: the tensors of :func:`.scoring.collate_queries`."""
+        lm = self.scoring_lm
+        losses = -continuation_logliks(lm, **batch)
+        tokens = batch["target_mask"].sum(-1) + int(lm.config.is_encoder_decoder)  # (see scored_tokens)
+        return {"loss": losses.sum(), "losses": losses.detach(), "tokens": tokens}
+
+
+class AnswerCollator(DataCollator[Dict[str, Any]]):
+    """Collates ``{"prompt": ids, "answer": ids}`` items into one left-padded batch; a prompt too
+    long for the model's window is cut from the left. Holds only the pad id and the window, so
+    it is cheap to send to DDP workers."""
+
+    def __init__(self, pad_token_id: int, max_length: int) -> None:
+        self.pad_token_id = pad_token_id
+        self.max_length = max_length
+
+    def __call__(self, items: List[Dict[str, Any]]) -> Dict[str, Any]:
+        queries = [Query(tuple(item["prompt"]), tuple(item["answer"])) for item in items]
+        return collate_queries(queries, self.pad_token_id, self.max_length)

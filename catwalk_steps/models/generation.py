@@ -1,0 +1,226 @@
+"""Greedy generation: each prompt continued by the most likely token, one at a time, until EOS,
+a stop string or the token budget.
+
+The conventions are lm-evaluation-harness's ``generate_until`` (HFLM), so that generations are
+comparable: the prompt is encoded without special tokens, cut from the left to fit
+``max_length - max_new_tokens``, the continuation is decoded without special tokens and cut at
+the first stop string. The work is arranged for speed: prompts sorted by length (longest
+first, so an out-of-memory shows at once) and batched left-padded, a key/value cache so that
+each step runs one token per sequence, the next token the argmax of the logits (greedy needs no
+softmax), and a sequence that has finished dropped from the batch (and from the cache).
+
+Each generation also records its ``margin``: the smallest gap, over its decisions, between the
+top two logits. Batching changes logits by float rounding alone, so a generation can change
+with the batch size only where its margin is of that order.
+"""
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+import torch
+
+from .forward_signature import accepts_logits_to_keep, cache_keyword
+from .padding import left_padded
+
+if TYPE_CHECKING:  # imported where models are loaded
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One prompt as token ids (before any cut), its stop strings and its token budget."""
+
+    prompt: Tuple[int, ...]
+    until: Tuple[str, ...]
+    max_new_tokens: int
+
+    def window(self, max_length: int) -> Tuple[int, ...]:
+        """The prompt cut from the left so that it and the generated tokens fit ``max_length``."""
+        room = max_length - self.max_new_tokens
+        if room < 1:
+            raise ValueError(
+                f"max_new_tokens={self.max_new_tokens} leaves no room for a prompt in a context window of {max_length}"
+            )
+        return self.prompt[-room:]
+
+
+def encode_prompt(tokenizer: "PreTrainedTokenizerBase", prompt: str) -> Tuple[int, ...]:
+    """The prompt's token ids, without special tokens; an empty prompt is the EOS token."""
+    return tuple(tokenizer.encode(prompt, add_special_tokens=False)) or (tokenizer.eos_token_id,)
+
+
+def cut_at_stop(text: str, until: Iterable[str]) -> Tuple[str, bool]:
+    """``text`` up to the first occurrence of any stop string, and whether one occurred."""
+    cut = min((text.find(stop) for stop in until if stop in text), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def stop_token_ids(lm: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase") -> Set[int]:
+    """The tokens that end a generation: the model's generation config's EOS ids, where
+    ``transformers``' ``generate`` (and so lm-evaluation-harness) stops; the tokenizer's EOS for
+    a model without any."""
+    configured = getattr(getattr(lm, "generation_config", None), "eos_token_id", None)
+    if configured is None:
+        configured = tokenizer.eos_token_id
+    return set(configured) if isinstance(configured, list) else {configured} if configured is not None else set()
+
+
+class _Sequences:
+    """The sequences of one batch as they grow: which are still running, their tokens, their
+    margins and their final texts."""
+
+    def __init__(self, tokenizer: "PreTrainedTokenizerBase", requests: Sequence[GenerationRequest], stops: Set[int]):
+        self.tokenizer, self.requests, self.stops = tokenizer, requests, stops
+        self.running = list(range(len(requests)))
+        self.tokens: List[List[int]] = [[] for _ in requests]
+        self.margins = [float("inf")] * len(requests)
+        self.texts: Dict[int, str] = {}
+        # A stop string of b bytes lies within the last b + 1 tokens; 2 more spare a decoder's
+        # treatment of a text's first token (a dropped leading space).
+        self.lookback = [2 + max((len(s.encode()) for s in r.until), default=0) for r in requests]
+
+    def _finish(self, row: int) -> None:
+        text = self.tokenizer.decode(self.tokens[row], skip_special_tokens=True)
+        self.texts[row] = cut_at_stop(text, self.requests[row].until)[0]
+
+    def advance(self, logits: torch.Tensor) -> List[int]:
+        """Takes each running sequence's next token from its ``logits`` row; returns the
+        positions (in the running list) of those that go on."""
+        logits = logits.float()
+        chosen = logits.argmax(-1).tolist()
+        top = logits.topk(2, dim=-1).values if logits.shape[-1] > 1 else None
+        gaps = (top[:, 0] - top[:, 1]).tolist() if top is not None else [float("inf")] * len(chosen)
+        going = []
+        for position, (row, token, gap) in enumerate(zip(self.running, chosen, gaps)):
+            self.margins[row] = min(self.margins[row], gap)
+            request = self.requests[row]
+            if token in self.stops:
+                self._finish(row)
+                continue
+            self.tokens[row].append(token)
+            if len(self.tokens[row]) >= request.max_new_tokens or self._stopped(row):
+                self._finish(row)
+                continue
+            going.append(position)
+        self.running = [self.running[p] for p in going]
+        return going
+
+    def _stopped(self, row: int) -> bool:
+        until = self.requests[row].until
+        if not until:
+            return False
+        tail = self.tokenizer.decode(self.tokens[row][-self.lookback[row]:], skip_special_tokens=True)
+        if not any(stop in tail for stop in until):
+            return False
+        return cut_at_stop(self.tokenizer.decode(self.tokens[row], skip_special_tokens=True), until)[1]
+
+    def last_tokens(self, device: torch.device) -> torch.Tensor:
+        return torch.tensor([[self.tokens[row][-1]] for row in self.running], dtype=torch.long, device=device)
+
+
+def _causal_batch(
+    lm: "PreTrainedModel", sequences: _Sequences, prompts: Sequence[Tuple[int, ...]], pad_token_id: int
+) -> None:
+    """Greedy generation for one batch of a decoder-only model: the left-padded prompts once,
+    then one token per running sequence per step, extending the cache."""
+    from transformers import DynamicCache
+
+    device = next(lm.parameters()).device
+    input_ids, mask = (tensor.to(device) for tensor in left_padded(prompts, pad_token_id))
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    next_position = mask.sum(-1)
+    cache = DynamicCache()
+    trim = {"logits_to_keep": 1} if accepts_logits_to_keep(lm) else {}
+    cache_argument = cache_keyword(lm)
+    while True:
+        out = lm(
+            input_ids=input_ids, attention_mask=mask, position_ids=positions,
+            **{cache_argument: cache}, use_cache=True, **trim,
+        )
+        going = sequences.advance(out.logits[:, -1])
+        if not going:
+            return
+        if len(going) < mask.shape[0]:  # finished sequences leave the batch and the cache
+            kept = torch.tensor(going, device=device)
+            cache.batch_select_indices(kept)
+            mask, next_position = mask[kept], next_position[kept]
+        input_ids = sequences.last_tokens(device)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        positions = next_position[:, None]
+        next_position = next_position + 1
+
+
+def _seq2seq_batch(lm: "PreTrainedModel", sequences: _Sequences, prompts: Sequence[Tuple[int, ...]]) -> None:
+    """Greedy generation for one batch of an encoder-decoder model: the prompts (each ending in
+    EOS, as :mod:`.seq2seq` scores them) through the encoder once, then the decoder one token
+    per running sequence per step from the decoder start token."""
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    device = next(lm.parameters()).device
+    eos = [lm.config.eos_token_id] if lm.config.eos_token_id is not None else []
+    rows = [list(p) + eos for p in prompts]
+    width = max(len(r) for r in rows)
+    input_ids = torch.zeros((len(rows), width), dtype=torch.long)  # padding is masked: any id will do
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        input_ids[i, : len(row)] = torch.tensor(row)
+        mask[i, : len(row)] = 1
+    input_ids, mask = input_ids.to(device), mask.to(device)
+    encoded = lm.get_encoder()(input_ids=input_ids, attention_mask=mask).last_hidden_state
+    decoder_input = torch.full((len(rows), 1), lm.config.decoder_start_token_id, dtype=torch.long, device=device)
+    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    cache_argument = cache_keyword(lm)
+    while True:
+        out = lm(
+            encoder_outputs=(encoded,), attention_mask=mask, decoder_input_ids=decoder_input,
+            **{cache_argument: cache}, use_cache=True,
+        )
+        going = sequences.advance(out.logits[:, -1])
+        if not going:
+            return
+        if len(going) < encoded.shape[0]:
+            kept = torch.tensor(going, device=device)
+            cache.batch_select_indices(kept)
+            encoded, mask = encoded[kept], mask[kept]
+        decoder_input = sequences.last_tokens(device)
+
+
+@torch.inference_mode()
+def generate_greedy(
+    lm: "PreTrainedModel",
+    tokenizer: "PreTrainedTokenizerBase",
+    requests: Sequence[GenerationRequest],
+    *,
+    pad_token_id: int,
+    max_length: int,
+    max_batch_size: int,
+    progress=None,
+    known: Optional[Dict[int, Dict[str, float]]] = None,
+    on_batch: Optional[Callable[[List[Tuple[int, Dict[str, object]]]], None]] = None,
+) -> List[Dict[str, object]]:
+    """Each request's generation, ``{"text": ..., "margin": ...}``, in the order given.
+
+    Requests whose index is in ``known`` are not generated again. ``on_batch`` receives each
+    batch's ``(index, generation)`` pairs, and ``progress`` (a tqdm bar) advances by its size.
+    """
+    if cache_keyword(lm) is None:
+        raise TypeError(f"{type(lm).__name__}.forward takes no key/value cache: it cannot generate here")
+    results: Dict[int, Dict[str, object]] = dict(known or {})
+    windows = {i: requests[i].window(max_length) for i in range(len(requests)) if i not in results}
+    order = sorted(windows, key=lambda i: (-len(windows[i]), i))
+    stops = stop_token_ids(lm, tokenizer)
+    for start in range(0, len(order), max_batch_size):
+        batch = order[start:start + max_batch_size]
+        sequences = _Sequences(tokenizer, [requests[i] for i in batch], stops)
+        prompts = [windows[i] for i in batch]
+        if lm.config.is_encoder_decoder:
+            _seq2seq_batch(lm, sequences, prompts)
+        else:
+            _causal_batch(lm, sequences, prompts, pad_token_id)
+        generated = [(i, {"text": sequences.texts[k], "margin": sequences.margins[k]}) for k, i in enumerate(batch)]
+        results.update(generated)
+        if on_batch is not None:
+            on_batch(generated)
+        if progress is not None:
+            progress.update(len(batch))
+    return [results[i] for i in range(len(requests))]

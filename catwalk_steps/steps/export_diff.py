@@ -1,0 +1,74 @@
+"""``catwalk::export_diff``: which questions changed between two models' predictions."""
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from tango import Step
+
+from ..reports.diffs import diff_markdown, diff_records
+from ..storage.atomic import publish_text
+from .compare import check_same_evaluation
+from .export import check_output_dir
+from .predict import PredictStep
+
+
+@Step.register("catwalk::export_diff")
+class ExportDiffStep(Step):
+    """Writes into ``output_dir``, for a compared pair of ``catwalk::predict`` results of the same
+    instances, each file replaced atomically:
+
+    - ``diff.jsonl``: each instance whose correctness under ``metric`` differs: id, prompt, gold
+      answer, and each side's pick and margins (:mod:`..reports.diffs`);
+    - ``diff.md``: counts of wins, losses and ties, and the 20 largest swings of the gold answer's
+      margin.
+
+    The prompts come from ``task`` (with ``split`` and ``limit``), by default the baseline
+    ``catwalk::predict`` step's own. Not cached: it rewrites the files from cached results.
+    """
+
+    CACHEABLE = False
+
+    @classmethod
+    def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        """Settings are checked when the step graph is built, before any step of a run starts."""
+        check_output_dir(kwargs.get("output_dir", ""))
+        baseline = kwargs.get("baseline")
+        check_same_evaluation(baseline, kwargs.get("candidate"))
+        if kwargs.get("task") is None and isinstance(baseline, PredictStep):
+            kwargs = {**kwargs, "task": baseline.kwargs["task"]}
+            kwargs.update({key: baseline.kwargs[key] for key in ("split", "limit") if key in baseline.kwargs})
+        return kwargs
+
+    def run(  # type: ignore[override]
+        self,
+        output_dir: str,
+        baseline: List[Dict[str, Any]],
+        candidate: List[Dict[str, Any]],
+        metric: str = "acc",
+        baseline_name: str = "baseline",
+        candidate_name: str = "candidate",
+        task: Optional[Any] = None,
+        split: str = "validation",
+        limit: Optional[int] = None,
+    ) -> str:
+        """
+        :param output_dir: where ``diff.jsonl`` and ``diff.md`` go; created if missing.
+        :param baseline: a ``catwalk::predict`` result.
+        :param candidate: another, of the same instances.
+        :param metric: the 0/1 per-instance metric whose changes to list (``acc``, ``exact_match``, ...).
+        :param baseline_name: how ``diff.md`` names the baseline.
+        :param candidate_name: how ``diff.md`` names the candidate.
+        :param task: the task the predictions are of, for the prompts and gold answers.
+        :returns: the directory written, as an absolute path.
+        """
+        instances = task.instances(split, limit) if task is not None else None
+        diff = diff_records(baseline, candidate, metric, instances)
+        out = Path(output_dir).resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        lines = "".join(json.dumps(entry) + "\n" for entry in diff["changed"])
+        publish_text(out / "diff.jsonl", lines)
+        summary = diff_markdown(diff, baseline_name, candidate_name)
+        publish_text(out / "diff.md", summary)
+        self.logger.info("%d wins, %d losses, %d ties: %s", diff["wins"], diff["losses"], diff["ties"], out / "diff.md")
+        return str(out)

@@ -1,0 +1,151 @@
+"""Generative tasks: a prompt the model answers by greedy generation, scored against reference
+answers (lm-evaluation-harness's ``generate_until`` request type).
+
+A task turns each row into a :class:`GenerationInstance` (prompt, references, stop strings,
+token budget) and scores a generation against its instance (:meth:`GenerativeTask.scores`, as
+lm-evaluation-harness's ``process_results``): per-instance values that the metrics step
+averages. ``{type: "generation"}`` reads any local JSONL of ``{"prompt": str, "answers": [str,
+...]}`` lines.
+"""
+
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from tango.common.exceptions import ConfigurationError
+
+from .answer_match import squad_scores
+from .base import Task
+from .fewshot import add_demonstrations, check_shots, fewshot_key
+from .instance import GenerationInstance, Row
+
+if TYPE_CHECKING:
+    import datasets
+
+
+def answer_texts(row: Row, name: str, value: Any) -> List[str]:
+    """``value`` (field ``name`` of ``row``, or a part of it) as a non-empty list of texts."""
+    if not isinstance(value, list) or not value:
+        raise row.error(name, f"must be a non-empty list of answer texts, got {value!r}")
+    for answer in value:
+        if not isinstance(answer, str):
+            raise row.error(name, f"must hold only texts, got {answer!r}")
+    return value
+
+
+def check_generation_settings(owner: str, until: Sequence[str], max_new_tokens: int) -> None:
+    if max_new_tokens < 1:
+        raise ConfigurationError(f"{owner}: max_new_tokens must be at least 1, got {max_new_tokens}")
+    if not isinstance(until, (list, tuple)) or not all(isinstance(stop, str) for stop in until):
+        raise ConfigurationError(f"{owner}: until must be a list of stop strings, got {until!r}")
+    if "" in until:
+        raise ConfigurationError(f"{owner}: an empty stop string in until would stop every generation at once")
+
+
+class GenerativeTask(Task):
+    """A generative task read from the HF hub or local ``data_files`` (:class:`~.base.Task`).
+
+    Subclasses say how a row becomes a prompt (:meth:`prompt`) and its accepted answers
+    (:meth:`references`, the first one the answer demonstrations show and fine-tuning trains),
+    and may change how a generation is scored (:meth:`scores`; by default SQuAD's exact match
+    and F1, best over the references). Every generative task also takes:
+
+    - ``until``: stop strings (the generation is cut at the first), replacing ``UNTIL``;
+    - ``max_new_tokens``: the most tokens generated, replacing ``MAX_NEW_TOKENS``;
+    - ``num_shots``, ``fewshot_split``, ``fewshot_seed``: solved instances (prompt, " ", first
+      reference) before each prompt, drawn as for multiple-choice tasks (:mod:`.fewshot`).
+
+    The cache key holds the class, ``VERSION``, the stop strings and budget, the data (hub id
+    and revision, or each local file's sha256) and the few-shot settings.
+    """
+
+    REQUEST_TYPE = "generate_until"
+    VERSION = "1"
+    #: lm-evaluation-harness's default stop string for a generative task: its few-shot delimiter.
+    UNTIL: Tuple[str, ...] = ("\n\n",)
+    #: lm-evaluation-harness's default ``max_gen_toks``.
+    MAX_NEW_TOKENS = 256
+    DEFAULT_SHOTS = 0
+    FEWSHOT_SPLIT: Optional[str] = "train"
+    FEWSHOT_SAMPLER = "random"
+    GROUP_FIELD: Optional[str] = None
+    #: What :meth:`scores` gives for each instance: the metrics this task reports.
+    METRICS: Sequence[str] = ("exact_match", "f1")
+
+    def __init__(
+        self,
+        data_files: Optional[Dict[str, str]] = None,
+        hub_id: Optional[str] = None,
+        revision: Optional[str] = None,
+        until: Optional[List[str]] = None,
+        max_new_tokens: Optional[int] = None,
+        num_shots: Optional[int] = None,
+        fewshot_split: Optional[str] = None,
+        fewshot_seed: int = 1234,
+    ) -> None:
+        super().__init__(data_files, hub_id, revision)
+        if not self.data_files and self.hub_id is None:
+            raise ConfigurationError(f"{type(self).__name__} has no hub copy: give data_files ({{split: path}})")
+        self.until = tuple(self.UNTIL if until is None else until)
+        self.max_new_tokens = self.MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens
+        check_generation_settings(type(self).__name__, self.until, self.max_new_tokens)
+        self.num_shots = self.DEFAULT_SHOTS if num_shots is None else num_shots
+        self.fewshot_split = fewshot_split or self.FEWSHOT_SPLIT
+        self.fewshot_seed = fewshot_seed
+        check_shots(self)
+
+    def det_hash_object(self) -> Any:
+        fewshot = fewshot_key(self) if self.num_shots else None
+        return (type(self).__name__, self.VERSION, self.until, self.max_new_tokens, self.data_source(), fewshot)
+
+    def instances(self, split: str, limit: Optional[int] = None) -> List[GenerationInstance]:
+        rows, source = self.load_rows(split)
+        numbers = self.row_numbers(rows, source)
+        if limit is not None:
+            numbers = numbers[:limit]
+        instances = [self.instance(rows, source, split, n) for n in numbers]
+        return add_demonstrations(self, split, numbers, instances) if self.num_shots else instances
+
+    def row_numbers(self, rows: "datasets.Dataset", source: str) -> List[int]:
+        return list(range(len(rows)))
+
+    def instance(self, rows: "datasets.Dataset", source: str, split: str, number: int) -> GenerationInstance:
+        """Row ``number`` (0-based) of ``split`` as a zero-shot instance."""
+        row = Row(rows[number], source, number + 1)
+        return GenerationInstance(
+            id=f"{split}/{number}",
+            prompt=self.prompt(row),
+            references=self.references(row),
+            until=self.until,
+            max_new_tokens=self.max_new_tokens,
+            group=row.get(self.GROUP_FIELD) if self.GROUP_FIELD else None,
+        )
+
+    def prompt(self, row: Row) -> str:
+        raise NotImplementedError
+
+    def references(self, row: Row) -> List[str]:
+        raise NotImplementedError
+
+    def scores(self, instances: Sequence[GenerationInstance], generations: Sequence[str]) -> List[Dict[str, float]]:
+        """Each generation's scores against its instance, ``{metric: value}`` for every name in
+        ``METRICS``: by default SQuAD's exact match and F1 (:mod:`.answer_match`)."""
+        return [squad_scores(text, instance.references) for instance, text in zip(instances, generations)]
+
+
+@Task.register("generation")
+class GenerationTask(GenerativeTask):
+    """Any local JSONL (or json/csv/parquet) of ``{"prompt": str, "answers": [str, ...]}`` rows,
+    scored with SQuAD's exact match and F1. The prompt is used as it is."""
+
+    def prompt(self, row: Row) -> str:
+        return row.get("prompt")
+
+    def references(self, row: Row) -> List[str]:
+        return answer_texts(row, "answers", row.data.get("answers"))
+
+
+def field_of(row: Row, name: str, part: str) -> Any:
+    """``row[name][part]`` from a nested hub field (SQuAD's ``answers.text``), checked to exist."""
+    value: Mapping[str, Any] = row.data.get(name)  # type: ignore[assignment]
+    if not isinstance(value, Mapping) or part not in value:
+        raise row.error(name, f"must be an object with a '{part}' field, got {value!r}")
+    return value[part]

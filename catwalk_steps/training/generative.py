@@ -1,0 +1,151 @@
+"""Fine-tuning on generative tasks: only the loss and what validation measures differ from
+multiple choice; the batch plan, seeds, checkpoints, strategies and the result are shared.
+
+The loss is token-level cross-entropy on each instance's first reference answer followed by
+EOS, given the prompt (:mod:`..models.answer_loss`), **normalised by the answer tokens of the
+whole global batch**: every worker knows the step's global batch from the shared
+:class:`~.batches.BatchPlan`, so each divides its micro-batches' summed losses by the same
+count. With DDP's average over workers the step's gradient is then the global batch's mean over
+answer tokens, for any micro-batching and device count (a per-micro-batch or per-worker mean
+would weigh a token by how many others share its micro-batch).
+
+Validation measures ``val_loss``, the answer-token cross-entropy of the whole validation split
+(summed over it, divided by its answer tokens), and, when it chooses the best weights,
+``val_exact_match``: greedy generations (:mod:`..models.generation`) scored by each task's own
+rule. By default the lowest ``val_loss`` chooses.
+"""
+
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+
+import torch
+from tango import Step
+from tango.common import Tqdm
+from tango.common.exceptions import ConfigurationError
+
+from ..tasks import GenerativeTask, MultipleChoiceTask
+from .batches import BatchPlan
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from ..tasks import GenerationInstance
+
+MULTIPLE_CHOICE, GENERATIVE = MultipleChoiceTask.REQUEST_TYPE, GenerativeTask.REQUEST_TYPE
+#: The validation numbers that may choose the best weights, per kind of task; the first is the default.
+VAL_METRICS = {MULTIPLE_CHOICE: ("accuracy", "loss"), GENERATIVE: ("loss", "exact_match")}
+#: Their names in validation records (and ``training_metrics``).
+RECORD_KEYS = {"accuracy": "val_acc", "loss": "val_loss", "exact_match": "val_exact_match"}
+
+Example = Dict[str, Any]
+
+
+def training_kind(tasks: Sequence[Any]) -> str:
+    """The request type of all of ``tasks``: a step trains on multiple-choice tasks or on
+    generative ones, never on both (their losses are not on one scale)."""
+    kinds = {getattr(task, "REQUEST_TYPE", None): task for task in tasks}
+    unknown = [kind for kind in kinds if kind not in VAL_METRICS]
+    if unknown:
+        names = ", ".join(f"{type(kinds[kind]).__name__} ({kind})" for kind in unknown)
+        raise ConfigurationError(
+            f"catwalk::finetune trains on multiple-choice or generative tasks; it cannot train on {names}"
+        )
+    if len(kinds) > 1:
+        listed = "; ".join(f"{kind}: {type(task).__name__}" for kind, task in kinds.items())
+        raise ConfigurationError(
+            "catwalk::finetune's tasks must be all multiple-choice or all generative, not a mix "
+            f"({listed}): their losses are not on one scale. Fine-tune in two steps, one per kind"
+        )
+    return next(iter(kinds), MULTIPLE_CHOICE)
+
+
+def check_val_metric(kwargs: Dict[str, Any]) -> None:
+    """Checks ``val_metric`` against the tasks' kind and the strategy, when the step graph is
+    built; one naming its kind's default becomes ``None``, so that it keeps the default's key."""
+    # A task that another step makes is known when this step runs: run() checks it then.
+    tasks = [task for task in kwargs.get("tasks") or [] if not isinstance(task, Step)]
+    kind = training_kind(tasks)
+    val_metric = kwargs.get("val_metric")
+    if val_metric is None or not tasks:
+        return
+    if val_metric not in VAL_METRICS[kind]:
+        raise ConfigurationError(
+            f"val_metric must be one of {', '.join(VAL_METRICS[kind])} for {kind} tasks, got {val_metric!r}"
+        )
+    if kwargs.get("validation_split", "validation") is None:
+        raise ConfigurationError("val_metric needs a validation_split to measure")
+    workers = kwargs.get("device_count", 1) * kwargs.get("nodes", 1)
+    if val_metric == "exact_match" and kwargs.get("strategy", "ddp") == "fsdp" and workers > 1:
+        raise ConfigurationError(
+            "val_metric: exact_match generates on each worker's share of the validation split, which a model "
+            "sharded with strategy fsdp cannot do (its workers must run forward passes in step): "
+            "validate by loss (the default) under fsdp, or train with ddp"
+        )
+    if val_metric == VAL_METRICS[kind][0]:
+        kwargs["val_metric"] = None
+
+
+def selected_record_key(kind: str, val_metric: Optional[str]) -> str:
+    """The validation record's number that chooses the best weights."""
+    return RECORD_KEYS[val_metric or VAL_METRICS[kind][0]]
+
+
+def answer_examples(
+    tokenizer: "PreTrainedTokenizerBase", instances_per_task: List[List["GenerationInstance"]], max_length: int,
+    encoder_decoder: bool, desc: str,
+) -> List[Example]:
+    """Each instance's prompt and answer tokens (its first reference after the target
+    delimiter, then EOS), how many tokens its loss sums over, the instance itself and its
+    task's position (for validation by exact match). An answer longer than the model's window
+    is an error before any model loads."""
+    from ..models.answer_loss import encode_answer, scored_tokens  # (peft: only once training)
+
+    examples = []
+    with Tqdm.tqdm(total=sum(map(len, instances_per_task)), desc=desc) as bar:
+        for task, instances in enumerate(instances_per_task):
+            for instance in instances:
+                answer = instance.target_delimiter + instance.references[0]
+                query = encode_answer(tokenizer, instance.prompt, answer, encoder_decoder)
+                if len(query.continuation) > max_length:
+                    raise ConfigurationError(
+                        f"Instance {instance.id}: its answer and EOS make {len(query.continuation)} tokens, more than "
+                        f"the model's context window of {max_length}"
+                    )
+                examples.append({"prompt": list(query.context), "answer": list(query.continuation),
+                                 "tokens": scored_tokens(query.continuation, encoder_decoder),
+                                 "instance": instance, "task": task})
+                bar.update(1)
+    return examples
+
+
+def loss_divisor(train: List[Example], plan: BatchPlan, step: int, world_size: int) -> float:
+    """What each worker divides its micro-batches' summed losses by: the answer tokens of step
+    ``step``'s global batch over ``world_size`` (DDP's average over workers makes up the rest)."""
+    return sum(train[i]["tokens"] for i in plan.step_examples(step)) / world_size
+
+
+def exact_matches(
+    lm: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase", tasks: Sequence[Any], examples: List[Example],
+    pad_token_id: int, max_length: int, batch_size: int,
+) -> float:
+    """The summed exact match of greedy generations for ``examples``, each scored by its task."""
+    from ..models.generation import GenerationRequest, encode_prompt, generate_greedy
+
+    instances = [example["instance"] for example in examples]
+    requests = [
+        GenerationRequest(encode_prompt(tokenizer, i.prompt), tuple(i.until), i.max_new_tokens) for i in instances
+    ]
+    generations = generate_greedy(
+        lm, tokenizer, requests, pad_token_id=pad_token_id, max_length=max_length, max_batch_size=batch_size
+    )
+    total = 0.0
+    for example, instance, generation in zip(examples, instances, generations):
+        (scores,) = tasks[example["task"]].scores([instance], [generation["text"]])
+        total += scores["exact_match"]
+    return total
+
+
+def answer_validation_sums(outputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+    """A validation batch's (correct, summed loss, count) in the units of generative validation:
+    the count is of answer tokens, and nothing is counted correct (exact match is measured apart)."""
+    return torch.stack([torch.zeros((), dtype=torch.float64, device=outputs["losses"].device), outputs["losses"].double().sum(),
+                        outputs["tokens"].double().sum()])

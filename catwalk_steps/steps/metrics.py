@@ -13,12 +13,12 @@ from tango.format import Format
 from ..reports.accuracy import accuracies
 from ..reports.averages import macro_average
 from ..reports.calibration import calibration
-from ..reports.replicates import add_replicate_rows, check_replicates
-from ..reports.table_comparisons import add_comparisons, check_baseline
 from ..reports.generation import is_generation, score_averages
 from ..reports.perplexity import document_perplexities, target_metrics
+from ..reports.replicates import add_replicate_rows, check_replicates
+from ..reports.table_comparisons import add_comparisons, check_baseline
 from ..reports.tables import MetricsTable, check_average_over
-from ..storage.atomic import AtomicJsonFormat, read_json, publish_text
+from ..storage.atomic import AtomicJsonFormat, publish_text, read_json
 from ..tango_fixes.class_paths import keep_class_path
 
 

@@ -33,6 +33,12 @@ def top_two_margin(logliks: Sequence[float]) -> float:
     return first - second
 
 
+def query_work(queries: Sequence[Any], finetuned: Optional[FinetunedModel]) -> str:
+    """What scoring ``queries`` with these weights is, for journals: a journal written for other
+    queries or other weights is discarded."""
+    return fingerprint([[list(q.context + q.continuation) for q in queries], finetuned and finetuned.fingerprint])
+
+
 @Step.register("catwalk::predict")
 @keep_class_path("catwalk_steps.predict.PredictStep")
 class PredictStep(Step):
@@ -146,7 +152,7 @@ class PredictStep(Step):
         self.logger.info(
             "Scoring %d queries of %d instances on %s", len(queries), len(instances), ", ".join(map(str, devices))
         )
-        work = fingerprint([[list(q.context + q.continuation) for q in queries], finetuned and finetuned.fingerprint])
+        work = query_work(queries, finetuned)
         logliks = self._run_journaled(requests=queries, shards=strided_shards(instance_of, len(devices)), work=work, **job)
 
         predictions, start = [], 0
@@ -186,8 +192,7 @@ class PredictStep(Step):
         )
         self.logger.info("Scoring %d %s of %d instances on %s", len(queries), "windows" if rolling else "targets",
                          len(instances), ", ".join(map(str, job["devices"])))
-        finetuned = job["finetuned"]
-        work = fingerprint([[list(q.context + q.continuation) for q in queries], finetuned and finetuned.fingerprint])
+        work = query_work(queries, job["finetuned"])
         results = self._run_journaled(requests=queries, shards=strided_shards(instance_of, len(job["devices"])),
                                       kind="scores" if rolling else "greedy_scores", work=work, **job)
         if rolling:

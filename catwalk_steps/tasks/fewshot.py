@@ -61,6 +61,18 @@ def fewshot_key(task: DemonstrationSource) -> Tuple[Any, ...]:
     return task.num_shots, task.fewshot_split, task.fewshot_seed, task.FEWSHOT_SAMPLER, SEPARATOR
 
 
+def prompted_instances(task: DemonstrationSource, split: str, limit: Optional[int]) -> List[Any]:
+    """The instances of ``task``'s ``split`` in file order (the first ``limit`` of them if given),
+    with the task's demonstrations before each: what a multiple-choice and a generative task
+    both make of their rows."""
+    rows, source = task.load_rows(split)
+    numbers = task.row_numbers(rows, source)
+    if limit is not None:
+        numbers = numbers[:limit]
+    instances = [task.instance(rows, source, split, n) for n in numbers]
+    return add_demonstrations(task, split, numbers, instances) if task.num_shots else instances
+
+
 def add_demonstrations(
     task: DemonstrationSource, split: str, numbers: List[int], instances: List[Demonstrable]
 ) -> List[Demonstrable]:

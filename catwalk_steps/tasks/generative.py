@@ -14,7 +14,7 @@ from tango.common.exceptions import ConfigurationError
 
 from .answer_match import squad_scores
 from .base import Task
-from .fewshot import add_demonstrations, check_shots, fewshot_key
+from .fewshot import check_shots, fewshot_key, prompted_instances
 from .instance import GenerationInstance, Row
 
 if TYPE_CHECKING:
@@ -97,12 +97,7 @@ class GenerativeTask(Task):
         return (type(self).__name__, self.VERSION, self.until, self.max_new_tokens, self.data_source(), fewshot)
 
     def instances(self, split: str, limit: Optional[int] = None) -> List[GenerationInstance]:
-        rows, source = self.load_rows(split)
-        numbers = self.row_numbers(rows, source)
-        if limit is not None:
-            numbers = numbers[:limit]
-        instances = [self.instance(rows, source, split, n) for n in numbers]
-        return add_demonstrations(self, split, numbers, instances) if self.num_shots else instances
+        return prompted_instances(self, split, limit)
 
     def row_numbers(self, rows: "datasets.Dataset", source: str) -> List[int]:
         return list(range(len(rows)))

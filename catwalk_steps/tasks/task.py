@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 from tango.common.exceptions import ConfigurationError
 
 from .base import Task
-from .fewshot import add_demonstrations, check_shots, fewshot_key
+from .fewshot import check_shots, fewshot_key, prompted_instances
 from .formulation import lettered, without_answer_cue
 from .instance import MCInstance, Row
 
@@ -98,14 +98,7 @@ class MultipleChoiceTask(Task):
 
     def instances(self, split: str, limit: Optional[int] = None) -> List[MCInstance]:
         """The instances of ``split`` in file order, the first ``limit`` of them if given."""
-        rows, source = self.load_rows(split)
-        numbers = self.row_numbers(rows, source)
-        if limit is not None:
-            numbers = numbers[:limit]
-        instances = [self.instance(rows, source, split, n) for n in numbers]
-        if self.num_shots:
-            instances = add_demonstrations(self, split, numbers, instances)
-        return instances
+        return prompted_instances(self, split, limit)
 
     def row_numbers(self, rows: "datasets.Dataset", source: str) -> List[int]:
         """Which rows of a split make instances: all of them, unless a task selects some."""

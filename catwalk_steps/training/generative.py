@@ -147,5 +147,6 @@ def exact_matches(
 def answer_validation_sums(outputs: Dict[str, torch.Tensor]) -> torch.Tensor:
     """A validation batch's (correct, summed loss, count) in the units of generative validation:
     the count is of answer tokens, and nothing is counted correct (exact match is measured apart)."""
-    return torch.stack([torch.zeros((), dtype=torch.float64, device=outputs["losses"].device), outputs["losses"].double().sum(),
+    losses = outputs["losses"].double()
+    return torch.stack([torch.zeros((), dtype=losses.dtype, device=losses.device), losses.sum(),
                         outputs["tokens"].double().sum()])

@@ -47,9 +47,10 @@ def requests(count: int, max_gen_toks: int, seed: int = 0):
 def ours(directory: Path, prompts, stops, max_gen_toks: int):
     from catwalk_steps.models.generation import GenerationRequest, encode_prompt, generate_greedy
     from catwalk_steps.models.loading import ModelSpec
+    from catwalk_steps.models.weights import load_pretrained
 
     spec = ModelSpec.parse(f"rc::{directory}")
-    tokenizer, lm = spec.load_tokenizer(), spec.load_model().eval()
+    tokenizer, lm = spec.load_tokenizer(), load_pretrained(spec).eval()
     batch = [GenerationRequest(encode_prompt(tokenizer, p), tuple(s), max_gen_toks) for p, s in zip(prompts, stops)]
 
     def run():

@@ -34,12 +34,13 @@ def rate(scorer, lm, tokenizer, pairs):
 
 def scoring(shape: str, count: int) -> None:
     from catwalk_steps.models.loading import ModelSpec
+    from catwalk_steps.models.weights import load_pretrained
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = _build(Path(tmp), shape)
         spec = ModelSpec(str(directory))
-        tokenizer, lm = spec.load_tokenizer(), spec.load_model(torch.bfloat16).cuda().eval()
-        reference_lm = spec.load_model(torch.float32).cuda().eval()
+        tokenizer, lm = spec.load_tokenizer(), load_pretrained(spec, torch.bfloat16).cuda().eval()
+        reference_lm = load_pretrained(spec, torch.float32).cuda().eval()
         harness = lm_eval_scorer(directory, device="cuda", dtype="bfloat16")
         for data, instances in datasets(count).items():
             pairs = [(c, x) for c, xs in instances for x in xs]

@@ -94,10 +94,11 @@ def gpt2(directory: Path, n_layer: int, n_embd: int, n_head: int) -> Path:
 def loading(root: Path) -> None:
     from catwalk_steps import FinetunedModel, FinetunedModelFormat
     from catwalk_steps.models.loading import ModelSpec
+    from catwalk_steps.models.weights import load_pretrained
 
     model = gpt2(root / "gpt2-medium", 24, 1024, 16)
     spec = ModelSpec.parse(f"rc::{model}")
-    lm = spec.load_model()
+    lm = load_pretrained(spec)
     entry = root / "entry"
     entry.mkdir()
     FinetunedModelFormat().write(FinetunedModel(spec, lm.state_dict(), {}), entry)
@@ -117,13 +118,13 @@ def cache_sizes(root: Path) -> None:
 
     from catwalk_steps.models.adapters import add_adapter
     from catwalk_steps.models.loading import ModelSpec
-    from catwalk_steps.storage.weights import save_state_dict
+    from catwalk_steps.models.weights import load_pretrained, save_weights
 
     spec = ModelSpec.parse(f"rc::{gpt2(root / 'gpt2-small', 12, 768, 12)}")
     full = root / "full.safetensors"
-    save_state_dict(spec.load_model().state_dict(), full)
+    save_weights(load_pretrained(spec).state_dict(), full)
     lora = root / "lora.safetensors"
-    save_state_dict(get_peft_model_state_dict(add_adapter(spec.load_model(), {"type": "lora", "r": 8})), lora)
+    save_weights(get_peft_model_state_dict(add_adapter(load_pretrained(spec), {"type": "lora", "r": 8})), lora)
     ratio = lora.stat().st_size / full.stat().st_size
     print("\n| GPT-2-small cache entry | bytes | share of full |\n| --- | ---: | ---: |")
     print(f"| full fine-tune | {full.stat().st_size:,} | 100% |\n| LoRA r=8 (c_attn) | {lora.stat().st_size:,} | {ratio:.2%} |")

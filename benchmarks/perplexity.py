@@ -47,12 +47,13 @@ def computation_ours(model: Path, texts):
     import torch
 
     from catwalk_steps.models.loading import ModelSpec, context_window
+    from catwalk_steps.models.weights import load_pretrained
     from catwalk_steps.models.scoring import score_queries
     from catwalk_steps.prediction.perplexity_records import document_queries
     from catwalk_steps.tasks import DocumentInstance
 
     spec = ModelSpec.parse(f"rc::{model}")
-    tok, lm = spec.load_tokenizer(), spec.load_model(torch.float32).eval()
+    tok, lm = spec.load_tokenizer(), load_pretrained(spec, torch.float32).eval()
     docs = [DocumentInstance(str(i), t, 1, 1) for i, t in enumerate(texts)]
 
     def run():

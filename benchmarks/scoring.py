@@ -157,9 +157,10 @@ SCORERS = ("ours", "naive", "lm-eval")
 def measure_one(directory: Path, scorer: str, data: str, count: int, repeats: int) -> None:
     """Runs in a child process: prints one scorer's rate, peak memory and log-likelihoods."""
     from catwalk_steps.models.loading import ModelSpec
+    from catwalk_steps.models.weights import load_pretrained
 
     spec = ModelSpec(str(directory))
-    tokenizer, lm = spec.load_tokenizer(), spec.load_model().eval()
+    tokenizer, lm = spec.load_tokenizer(), load_pretrained(spec).eval()
     function = {"ours": ours, "naive": naive}.get(scorer) or lm_eval_scorer(directory)
     pairs = [(c, x) for c, xs in datasets(count)[data] for x in xs]
     rate, peak, values = timed(function, lm, tokenizer, pairs, repeats)
@@ -188,9 +189,10 @@ def scoring_table(directory: Path, count: int, repeats: int, scorers=SCORERS) ->
     import sys
 
     from catwalk_steps.models.loading import ModelSpec
+    from catwalk_steps.models.weights import load_pretrained
 
     spec = ModelSpec(str(directory))
-    tokenizer, lm = spec.load_tokenizer(), spec.load_model()
+    tokenizer, lm = spec.load_tokenizer(), load_pretrained(spec)
     peak_flops = matmul_flops()
     non_embedding = sum(p.numel() for n, p in lm.named_parameters() if "wte" not in n and "wpe" not in n)
     print(f"\nScoring on CPU, torch {torch.__version__}, {torch.get_num_threads()} threads; "

@@ -9,8 +9,8 @@ from tango.common.exceptions import ConfigurationError
 from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import CalculateMetricsStep, FinetuneStep, PredictStep
-from catwalk_steps.models import streaming
 from catwalk_steps.models.loading import ModelSpec
+from catwalk_steps.models.weights import load_pretrained, meta_model
 from catwalk_steps.models.rank_classification import RankClassificationCollator, RankClassificationModel
 from catwalk_steps.training.preparation import tokenized_examples
 
@@ -97,13 +97,13 @@ def test_loading_fine_tuned_weights_never_reads_the_base_weights(tiny_task, work
     step.result(workspace)
     finetuned = LocalWorkspace(workspace.dir).step_cache[step]
     read = []
-    real = streaming.read_tensors
+    real = meta_model.read_tensors
 
     def recording(path, dtype):
         read.append(path)
         return real(path, dtype)
 
-    monkeypatch.setattr(streaming, "read_tensors", recording)
+    monkeypatch.setattr(meta_model, "read_tensors", recording)
     for dtype in (torch.float32, torch.bfloat16):
         lm = finetuned.load_model(dtype)
         assert {p.dtype for p in lm.parameters()} == {dtype}
@@ -153,7 +153,7 @@ def test_gradient_checkpointing_keeps_fewer_activations(tiny_task):
     print(f"activations kept for backward: {plain} bytes, {checkpointed} with checkpointing")
     # Without checkpointing each block keeps, among others, its MLP's inner activation: 4 * n_embd
     # float32 values per token of the batch. Checkpointing must free at least that, in every block.
-    config = spec.load_model().config
+    config = load_pretrained(spec).config
     mlp_inner = batch["input_ids"].numel() * 4 * config.n_embd * 4
     assert plain - checkpointed >= config.n_layer * mlp_inner
 

@@ -7,6 +7,7 @@ from tango.integrations.torch import TrainCallback
 from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import FinetunedModel, FinetuneStep, PredictStep
+from catwalk_steps.models.weights import load_pretrained
 
 from .conftest import NO_DROPOUT, TINY_MODEL
 
@@ -41,7 +42,7 @@ def test_result_is_a_cpu_state_dict_that_loads_strictly(single):
     assert all(t.device.type == "cpu" for t in result.state_dict.values())
     cached = LocalWorkspace(workspace.dir).step_cache[step]  # a fresh workspace reads from disk
     assert cached is not result
-    fresh = cached.spec.load_model()
+    fresh = load_pretrained(cached.spec)
     fresh.load_state_dict(cached.state_dict, strict=True)
     assert result.training_metrics["val_acc"] > 0.6
 

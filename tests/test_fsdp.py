@@ -97,13 +97,19 @@ def _compare_shards(rank: int, world_size: int, device, out: str) -> None:
 
     from catwalk_steps.models.loading import ModelSpec
     from catwalk_steps.models.rank_classification import RankClassificationModel
-    from catwalk_steps.training.strategies import sharded_model
+    from catwalk_steps.models.weights import load_pretrained
+    from catwalk_steps.training.strategies import placed_model
+
+    from .test_weight_loading import entries_into_weights
 
     spec = ModelSpec.parse(TINY_MODEL)
     job = SimpleNamespace(strategy="fsdp", adapter=None, spec=spec,
                           build_model=lambda lm: RankClassificationModel(spec, shared_context=True, lm=lm))
-    model = sharded_model(job, world_size, device)
-    whole = ModelSpec.parse(TINY_MODEL).load_model().state_dict()
+    with entries_into_weights() as entries:
+        model, trained = placed_model(job, world_size, device)
+    # One way into the weights module: the sharded model is built, sharded and read inside it.
+    assert entries == [("catwalk_steps.training.strategies", "load_own_shards")] and trained is model, entries
+    whole = load_pretrained(ModelSpec.parse(TINY_MODEL)).state_dict()
     kept, total = 0, 0
     for name, parameter in model.lm.named_parameters():
         assert isinstance(parameter, DTensor), name

@@ -22,7 +22,8 @@ from catwalk_steps import (
 )
 from catwalk_steps.models import finetuned as finetuned_module
 from catwalk_steps.models.loading import ModelSpec
-from catwalk_steps.storage import atomic, weights as weights_module
+from catwalk_steps.models.weights import files as weights_module
+from catwalk_steps.storage import atomic
 from catwalk_steps.storage.atomic import AtomicJsonFormat
 from catwalk_steps.storage import journal as journal_module
 from catwalk_steps.storage.journal import Journal
@@ -356,10 +357,10 @@ def test_the_estimate_of_a_300m_model_is_within_2x_of_its_real_bytes(tmp_path):
 def test_a_real_300m_checkpoint_matches_the_estimate(tmp_path):
     """The same ~300M shape, with real (random) weights and AdamW state: the bytes on disk of a
     checkpoint written by :class:`CheckpointStore` and of a result written by
-    :func:`save_state_dict`, against the estimate. Needs ~6 GB of memory and ~5 GB of disk."""
+    :func:`save_weights`, against the estimate. Needs ~6 GB of memory and ~5 GB of disk."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from catwalk_steps.storage.weights import save_state_dict
+    from catwalk_steps.models.weights import save_weights
     from catwalk_steps.training.checkpoints import Progress
     from catwalk_steps.training.optimizers import build_optimizer
 
@@ -377,7 +378,7 @@ def test_a_real_300m_checkpoint_matches_the_estimate(tmp_path):
     store.save(model, optimizer, {}, Progress(step=1), rank=0, world_size=1)
     checkpoint = disk_bytes(store.path(1))
     del optimizer
-    save_state_dict(model.state_dict(), tmp_path / "model.safetensors")
+    save_weights(model.state_dict(), tmp_path / "model.safetensors")
     result = (tmp_path / "model.safetensors").stat().st_size
     print(f"300M shape: checkpoint {checkpoint} bytes (estimate {needs.checkpoint}), "
           f"result {result} bytes (estimate {needs.result})")

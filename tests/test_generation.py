@@ -10,6 +10,7 @@ from catwalk_steps import PredictStep
 from catwalk_steps.models import generation
 from catwalk_steps.models.generation import GenerationRequest, cut_at_stop, encode_prompt, generate_greedy
 from catwalk_steps.models.loading import ModelSpec
+from catwalk_steps.models.weights import load_pretrained
 from catwalk_steps.tasks import GenerationTask
 
 from .conftest import TINY_MODEL, write_jsonl
@@ -35,7 +36,7 @@ def batch_of_32(task, tmp_path_factory):
 
 def test_greedy_generation_is_transformers_generate_cut_at_the_first_stop_string():
     spec = ModelSpec.parse(TINY_MODEL)
-    tokenizer, lm = spec.load_tokenizer(), spec.load_model().eval()
+    tokenizer, lm = spec.load_tokenizer(), load_pretrained(spec).eval()
     prompts = [row["prompt"] for row in ROWS[:6]] + [""]
     requests = [GenerationRequest(encode_prompt(tokenizer, p), ("t",) if n % 2 else (), 12) for n, p in enumerate(prompts)]
     ours = generate_greedy(lm, tokenizer, requests, pad_token_id=tokenizer.pad_token_id, max_length=64, max_batch_size=4)
@@ -49,7 +50,7 @@ def test_greedy_generation_is_transformers_generate_cut_at_the_first_stop_string
 
 def test_encoder_decoders_generate_as_transformers_does(tiny_t5):
     spec = ModelSpec.parse(tiny_t5)
-    tokenizer, lm = spec.load_tokenizer(), spec.load_model().eval()
+    tokenizer, lm = spec.load_tokenizer(), load_pretrained(spec).eval()
     prompts = [row["prompt"] for row in ROWS[:5]]
     requests = [GenerationRequest(encode_prompt(tokenizer, p), (), 6) for p in prompts]
     ours = generate_greedy(lm, tokenizer, requests, pad_token_id=0, max_length=64, max_batch_size=3)

@@ -2,7 +2,6 @@
 (``lm_eval.simple_evaluate`` with its HFLM on the same tiny model, 32 per batch): the same
 prompts, every greedy generation identical, every metric equal. Task YAMLs in tests/data."""
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import CalculateMetricsStep, PredictStep
 from catwalk_steps.models.loading import ModelSpec
+from catwalk_steps.models.weights import load_pretrained
 from catwalk_steps.tasks import LmEvalTask
 from catwalk_steps.tasks.lm_eval_bridge import task_manager
 
@@ -35,7 +35,7 @@ def harness_run(include_path: str, name: str, num_shots: int):
     from lm_eval.models.huggingface import HFLM
 
     spec = ModelSpec.parse(TINY_MODEL)
-    model = HFLM(pretrained=spec.load_model().eval(), tokenizer=spec.load_tokenizer(), batch_size=32, device="cpu")
+    model = HFLM(pretrained=load_pretrained(spec).eval(), tokenizer=spec.load_tokenizer(), batch_size=32, device="cpu")
     results = lm_eval.simple_evaluate(
         model=model, tasks=[name], num_fewshot=num_shots, task_manager=task_manager(include_path, False),
         log_samples=True, fewshot_random_seed=1234,

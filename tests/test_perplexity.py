@@ -12,6 +12,7 @@ from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import CalculateMetricsStep, PredictStep
 from catwalk_steps.models.loading import ModelSpec
+from catwalk_steps.models.weights import load_pretrained
 from catwalk_steps.models.rolling import rolling_windows
 from catwalk_steps.reports.perplexity import document_perplexities, target_metrics
 from catwalk_steps.tasks import DataError, LambadaTask, PerplexityTask, Task, WikiTextTask
@@ -177,7 +178,7 @@ def test_lambada_targets_greedy_flag_is_the_argmax(tmp_path):
     assert [r["is_greedy"] for r in records[1]] == [r["is_greedy"] for r in records[32]]
     assert max(abs(a["loglik"] - b["loglik"]) / abs(a["loglik"]) for a, b in zip(records[1], records[32])) <= 1e-5
     spec = ModelSpec.parse(TINY_MODEL)
-    tok, lm = spec.load_tokenizer(), spec.load_model(torch.float32).eval()
+    tok, lm = spec.load_tokenizer(), load_pretrained(spec, torch.float32).eval()
     for instance, record in zip(task.instances("test"), records[1]):
         context = tok.encode(instance.context)
         target = tok.encode(instance.context + instance.target)[len(context):]
@@ -195,7 +196,7 @@ def test_greedy_flag_holds_for_the_models_own_continuation_only():
     from catwalk_steps.models.scoring import Query, score_queries
 
     spec = ModelSpec.parse(TINY_MODEL)
-    tok, lm = spec.load_tokenizer(), spec.load_model(torch.float32).eval()
+    tok, lm = spec.load_tokenizer(), load_pretrained(spec, torch.float32).eval()
     context = tuple(tok.encode("To cut the bread, take a sharp"))
     with torch.no_grad():
         best = int(lm(torch.tensor([context])).logits[0, -1].argmax())

@@ -22,7 +22,7 @@ from catwalk_steps.models import scoring
 from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.steps.metrics import MetricsTableFormat
 from catwalk_steps.storage.atomic import AtomicJsonFormat
-from catwalk_steps.storage.weights import CorruptCacheError
+from catwalk_steps.tango_fixes.damaged_entries import CorruptCacheError
 from catwalk_steps.tasks import DataError
 
 from .conftest import REPO, TINY, TINY_MODEL

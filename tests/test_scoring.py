@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from catwalk_steps.models.loading import ModelSpec
+from catwalk_steps.models.weights import load_pretrained
 from catwalk_steps.models.scoring import Query, budget_batches, encode_pair, score_queries
 
 from .conftest import TINY_MODEL
@@ -20,7 +21,7 @@ PAIRS = [
 @pytest.fixture(scope="module")
 def tiny():
     spec = ModelSpec.parse(TINY_MODEL)
-    return spec.load_tokenizer(), spec.load_model().eval()
+    return spec.load_tokenizer(), load_pretrained(spec).eval()
 
 
 def direct_loglik(lm, tokenizer, context: str, continuation: str) -> float:

@@ -7,6 +7,7 @@ from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
 
 from catwalk_steps import CalculateMetricsStep, FinetunedModel, FinetuneStep, PiqaTask, PredictStep
 from catwalk_steps.models.loading import ModelSpec
+from catwalk_steps.models.weights import load_pretrained
 from catwalk_steps.models.scoring import encode_pair, score_queries
 
 from .conftest import TINY
@@ -37,7 +38,7 @@ def tiny_t5(tmp_path_factory) -> str:
 
 def test_the_decoder_scores_each_continuation_after_the_encoded_context(tiny_t5):
     spec = ModelSpec.parse(tiny_t5)
-    tokenizer, lm = spec.load_tokenizer(), spec.load_model().eval()
+    tokenizer, lm = spec.load_tokenizer(), load_pretrained(spec).eval()
     assert isinstance(lm, T5ForConditionalGeneration)
     queries = [encode_pair(tokenizer, c, x) for c, x in PAIRS]
     ours = score_queries(lm, queries, pad_token_id=tokenizer.pad_token_id, max_length=512, max_batch_size=3,
@@ -65,7 +66,7 @@ def test_fine_tuning_caching_and_prediction_work_as_for_decoder_only_models(tiny
                         train_limit=128, validation_limit=32, step_name="finetune")
     trained = step.result(workspace)
     assert isinstance(trained, FinetunedModel)
-    stock = ModelSpec.parse(tiny_t5).load_model().state_dict()
+    stock = load_pretrained(ModelSpec.parse(tiny_t5)).state_dict()
     assert any(not torch.equal(stock[k], t) for k, t in trained.state_dict.items())
     cached = LocalWorkspace(workspace.dir).step_cache[step]
     assert isinstance(cached.load_model(), T5ForConditionalGeneration)

@@ -25,7 +25,7 @@ from catwalk_steps.tracking.wandb_run import WandbRun
 from .conftest import NO_DROPOUT, TINY_MODEL
 from .test_export import TABLE
 from .test_training_config import FailAt
-from .wandb_records import OfflineRun, offline_runs
+from .wandb_records import offline_runs
 
 # 32 examples in batches of 8: 4 steps, a validation (16 instances) and a checkpoint every 2.
 SMALL = dict(

@@ -6,8 +6,9 @@ from transformers import AutoModelForCausalLM
 
 from catwalk_steps import FinetunedModel, FinetunedModelFormat
 from catwalk_steps.models.loading import ModelSpec
+from catwalk_steps.models.weights import load_pretrained, load_with_weights
 from catwalk_steps.models.finetuned import WEIGHTS_FILE
-from catwalk_steps.storage.weights import CorruptCacheError
+from catwalk_steps.tango_fixes.damaged_entries import CorruptCacheError
 
 from .conftest import TINY, TINY_MODEL
 
@@ -15,7 +16,7 @@ from .conftest import TINY, TINY_MODEL
 @pytest.fixture
 def finetuned() -> FinetunedModel:
     spec = ModelSpec.parse(TINY_MODEL)
-    lm = spec.load_model()
+    lm = load_pretrained(spec)
     with torch.no_grad():
         lm.transformer.h[0].mlp.c_fc.weight.add_(1.0)  # stands in for training
     return FinetunedModel(spec, lm.state_dict(), {"val_acc": 0.75})
@@ -57,7 +58,7 @@ def test_mismatched_state_dict_names_the_first_keys(finetuned):
     state["transformer.extra"] = torch.zeros(1)
     state["transformer.wpe.weight"] = torch.zeros(3, 3)
     with pytest.raises(Exception) as error:
-        finetuned.spec.load_model(state_dict=state)
+        load_with_weights(finetuned.spec, state)
     message = str(error.value)
     assert "missing keys: transformer.h.1.ln_1.weight" in message
     assert "unexpected keys: transformer.extra" in message

@@ -1,4 +1,4 @@
-"""The cached result of fine-tuning: CPU weights in safetensors (see :mod:`..storage.weights`),
+"""The cached result of fine-tuning: CPU weights in safetensors (see :mod:`.weights`),
 plus JSON saying what they belong to."""
 
 import hashlib
@@ -13,10 +13,10 @@ from tango.common.aliases import PathOrStr
 from tango.format import Format
 
 from ..storage.atomic import publish_file, publish_text, read_json
-from ..storage.weights import check_sha256, load_state_dict, save_state_dict
 from ..tango_fixes.class_paths import keep_class_path
 from .adapters import Adapter, with_adapter_merged
 from .loading import ModelSpec
+from .weights import check_sha256, load_pretrained, load_saved, load_with_weights, read_weights, save_weights
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -30,7 +30,7 @@ class FinetunedModel:
     holds its settings, see :mod:`.adapters`) for the base model of ``spec``.
 
     The weights may stay in their safetensors file (``weights_file``, with the ``weights_meta``
-    that :func:`save_state_dict` returned) until something needs them: :meth:`load_model` then
+    that :func:`.weights.save_weights` returned) until something needs them: :meth:`load_model` then
     reads them once, in the dtype asked for, and ``state_dict`` reads them as stored.
     """
 
@@ -54,7 +54,7 @@ class FinetunedModel:
     @property
     def state_dict(self) -> Dict[str, torch.Tensor]:
         if self._state_dict is None:
-            self._state_dict = load_state_dict(self.weights_file, self.weights_meta)
+            self._state_dict = read_weights(self.weights_file, self.weights_meta)
         return self._state_dict
 
     @property
@@ -71,13 +71,10 @@ class FinetunedModel:
     def load_model(self, dtype: torch.dtype = torch.float32) -> "PreTrainedModel":
         """The fine-tuned model, its weights in ``dtype`` (an adapter merged into them)."""
         if self.adapter is not None:
-            return with_adapter_merged(self.spec.load_model(dtype), self.adapter, self.state_dict, dtype)
+            return with_adapter_merged(load_pretrained(self.spec, dtype), self.adapter, self.state_dict, dtype)
         if self._state_dict is None:
-            from .streaming import model_from_files
-
-            files, aliases = [self.weights_file], self.weights_meta["aliases"]
-            return model_from_files(self.spec.load_config(), files, dtype, aliases)
-        return self.spec.load_model(dtype, self._state_dict)
+            return load_saved(self.spec, self.weights_file, self.weights_meta, dtype)
+        return load_with_weights(self.spec, self._state_dict, dtype)
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
@@ -110,7 +107,7 @@ class FinetunedModelFormat(Format[FinetunedModel]):
             # the entry is complete (FinetuneStep.clean_work_dir).
             artifact.weights_file = dir / WEIGHTS_FILE
         else:
-            weights_meta = save_state_dict(artifact.state_dict, dir / WEIGHTS_FILE)
+            weights_meta = save_weights(artifact.state_dict, dir / WEIGHTS_FILE)
         meta = {
             "spec": artifact.spec.to_json(),
             "adapter": artifact.adapter,

@@ -1,13 +1,12 @@
-"""Turning a model spec (``rc::gpt2``, ``rc::gpt2@<revision>``, ``rc::google/flan-t5-small``,
-``rc::/path/to/dir``) into a tokenizer and a causal LM or an encoder-decoder (seq2seq) LM, loaded
-once in the dtype it is used in."""
+"""Model specs (``rc::gpt2``, ``rc::gpt2@<revision>``, ``rc::google/flan-t5-small``,
+``rc::/path/to/dir``): where a model's tokenizer, config and weights come from, their tokenizer
+and config, and their names in cache keys. The weights are read by :mod:`.weights`."""
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
-import torch
 from tango.common.det_hash import CustomDetHash
 from tango.common.exceptions import ConfigurationError
 
@@ -15,7 +14,7 @@ from ..storage.hashing import remembered_sha256_of_file
 from ..storage.hub import hub_failure
 
 if TYPE_CHECKING:  # transformers is imported where a model is loaded: a cached run never needs it
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedTokenizerBase
 
 SPEC_PREFIX = "rc::"
 #: catwalk's spec of a plain language model, here the same model as ``rc::NAME``.
@@ -96,7 +95,7 @@ class ModelSpec:
             "revision": self.revision,
         }
 
-    def _cannot_load(self, what: str, name: str, error: BaseException) -> ConfigurationError:
+    def cannot_load(self, what: str, name: str, error: BaseException) -> ConfigurationError:
         """The error for a failed load: for a hub name whose fetch failed, why (no network, offline
         mode, no such name) and how to run offline."""
         reason = None if local_directory(name) else hub_failure(what, name, error, LOCAL_COPY)
@@ -104,20 +103,22 @@ class ModelSpec:
             reason or f"Cannot load {what} {name!r} (not a local directory or hub name?): {error}"
         )
 
-    def _source(self, name: str) -> str:
-        # A relative local directory is resolved now so that DDP workers and later runs agree.
+    def source(self, name: Optional[str] = None) -> str:
+        """What to load ``name`` (by default the model) from: a local directory resolved now (so
+        that DDP workers and later runs agree), else the hub name."""
+        name = name or self.pretrained
         directory = local_directory(name)
         return str(directory) if directory else name
 
     def load_tokenizer(self) -> "PreTrainedTokenizerBase":
         from transformers import AutoTokenizer
 
-        name = self._source(self.tokenizer or self.pretrained)
+        name = self.source(self.tokenizer or self.pretrained)
         revision = None if self.tokenizer else self.revision
         try:
             tokenizer = AutoTokenizer.from_pretrained(name, revision=revision)
         except (OSError, ValueError) as e:
-            raise self._cannot_load("tokenizer", name, e) from e
+            raise self.cannot_load("tokenizer", name, e) from e
         if tokenizer.pad_token_id is None:
             # Padding positions are masked out; any id will do, and EOS is the usual choice.
             tokenizer.pad_token = tokenizer.eos_token
@@ -126,40 +127,11 @@ class ModelSpec:
     def load_config(self):
         from transformers import AutoConfig
 
-        name = self._source(self.pretrained)
+        name = self.source(self.pretrained)
         try:
             return AutoConfig.from_pretrained(name, revision=self.revision, **self.config_overrides)
         except (OSError, ValueError) as e:
-            raise self._cannot_load("model", name, e) from e
-
-    def load_model(
-        self, dtype: torch.dtype = torch.float32, state_dict: Optional[Dict[str, torch.Tensor]] = None
-    ) -> "PreTrainedModel":
-        """The pretrained model in ``dtype`` (an ``AutoModelForSeq2SeqLM`` for encoder-decoder
-        configs such as T5, else an ``AutoModelForCausalLM``), or, given ``state_dict`` (e.g.
-        fine-tuned weights), the model of this spec's config holding exactly those weights: the
-        base weights are never read then. Local safetensors weights are read once, in ``dtype``
-        (see :mod:`.streaming`); hub models load through ``from_pretrained`` in ``dtype``."""
-        from .streaming import auto_class, empty_model, fill_model, model_from_files, safetensors_files
-
-        config = self.load_config()
-        if state_dict is not None:
-            # Copies, also in the same dtype: tensors read by safetensors can sit at unaligned
-            # addresses, where CPU kernels round differently from freshly allocated ones.
-            # (fill_model ties tied weights again.)
-            cast = ((k, v.to(dtype if v.is_floating_point() else v.dtype, copy=True)) for k, v in state_dict.items())
-            return fill_model(empty_model(config, dtype), cast)
-        directory = local_directory(self.pretrained)
-        files = safetensors_files(directory) if directory else None
-        if files:
-            return model_from_files(config, files, dtype)
-        try:
-            lm = auto_class(config).from_pretrained(
-                self._source(self.pretrained), config=config, dtype=dtype, revision=self.revision
-            )
-        except OSError as e:  # the config was at hand, the weights were not
-            raise self._cannot_load("model weights", self.pretrained, e) from e
-        return lm.eval()
+            raise self.cannot_load("model", name, e) from e
 
 
 #: T5's training input length. Relative position buckets set no hard limit, so this is where

@@ -22,7 +22,7 @@ from .loading import ModelSpec
 from .output_layer import output_layer
 from .scoring import Query, collate_queries, continuation_logliks
 from .shared_context import can_share_contexts, collate_shared, shared_context_logliks
-from .streaming import tied_parameter_names
+from .weights import load_pretrained, tied_parameter_names
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -44,7 +44,7 @@ class RankClassificationModel(Model):
         lm: Optional["PreTrainedModel"] = None,
     ) -> None:
         super().__init__()
-        lm = spec.load_model() if lm is None else lm
+        lm = load_pretrained(spec) if lm is None else lm
         if gradient_checkpointing:
             lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.shares_contexts = shared_context and can_share_contexts(lm)

@@ -23,6 +23,7 @@ from ..models.finetuned import FinetunedModel
 from ..models.generation import generate_greedy
 from ..models.loading import ModelSpec, context_window
 from ..models.scoring import score_queries
+from ..models.weights import load_pretrained
 from ..storage.journal import Journal
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def compute_shard(rank: int, world_size: int, device: torch.device, job: Predict
     shard, journal = job.shards[rank], job.journal(rank)
     known = {i: recorded[q] for i, q in enumerate(shard) if q in recorded}
     # Loaded once, in the prediction dtype, then moved to the device.
-    lm = job.finetuned.load_model(job.dtype) if job.finetuned else job.spec.load_model(job.dtype)
+    lm = job.finetuned.load_model(job.dtype) if job.finetuned else load_pretrained(job.spec, job.dtype)
     lm = lm.to(device).eval()
     desc = DESCRIPTIONS.get(job.kind, job.kind) + (f" (worker 1 of {world_size})" if world_size > 1 else "")
     with Tqdm.tqdm(total=len(shard), initial=len(known), desc=desc, disable=rank != 0) as progress:

@@ -1,1 +1,1 @@
-"""How results reach the disk: atomic writes, journals, checksummed weights, digests."""
+"""How results reach the disk: atomic writes, journals, disk space, digests, why a hub fetch failed."""

@@ -40,7 +40,7 @@ from .generative import answer_validation_sums, exact_matches, loss_divisor
 from .optimizers import build_optimizer, build_schedule
 from .result import write_result
 from .seeds import derive_seed
-from .strategies import distribute, gradient_sync, sharded_model
+from .strategies import gradient_sync, placed_model
 from .tracking import TrainingTracker, clip_gradients
 
 Example = Dict[str, Any]
@@ -176,12 +176,7 @@ def train_worker(rank: int, world_size: int, device: torch.device, job: Training
 
 def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, tracker: TrainingTracker) -> None:
     torch.manual_seed(derive_seed(job.plan.seed, "init"))  # for any freshly initialised weights
-    model = sharded_model(job, world_size, device)  # FSDP: each worker reads its shards alone
-    if model is None:
-        model = job.build_model()
-        trained = distribute(model.to(device), job.strategy, world_size)
-    else:
-        trained = model
+    model, trained = placed_model(job, world_size, device)
     model.train()  # from_pretrained gives eval mode
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = build_optimizer(model, job.optimizer, job.learning_rate, job.weight_decay, job.decay_biases_and_norms)

@@ -64,7 +64,7 @@ class DiskNeeds:
 def disk_needs(job: "TrainingJob", world_size: int) -> DiskNeeds:
     """What ``job`` will write on ``world_size`` workers (see the module's docstring)."""
     from ..models.rank_classification import RankClassificationModel
-    from ..models.streaming import empty_model
+    from ..models.weights import empty_model
 
     lm = empty_model(job.spec.load_config(), torch.float32)
     lm.tie_weights()  # tied names share one parameter, counted once

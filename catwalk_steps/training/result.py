@@ -2,27 +2,22 @@
 the workers as one safetensors file in the step's work dir, without any worker gathering the
 whole model, for the step to hand to the cache.
 
-Full fine-tuning on several workers writes with ``torch.distributed.checkpoint``'s Hugging Face
-writer: each worker writes its shards, then they are consolidated into one file of full tensors,
-tensor by tensor. An adapter's weights are small, and named as peft names them, and one worker
-holds the whole model anyway: then rank 0 writes them with safetensors' own writer.
+Full fine-tuning on several workers writes with :func:`..models.weights.write_full_weights`: each
+worker writes its shards, then they are consolidated into one file of full tensors, tensor by
+tensor. An adapter's weights are small, and named as peft names them, and one worker holds the
+whole model anyway: then rank 0 writes them with :func:`..models.weights.save_weights`.
 The directory is published (:func:`..storage.atomic.publish_dir`: written under a temporary
 name, fsynced, renamed into place) with ``result.json`` inside, so a run killed after it is
 complete finds it and trains no more; the cache entry then links the weights file.
 """
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import torch.distributed as dist
 
 from ..storage.atomic import fresh_temp_dir, publish_dir, publish_text, temp_beside
-from ..storage.hashing import sha256_of_file
-from ..storage.space import reporting_full_disk
-from ..storage.weights import save_state_dict
 from .checkpoints import CheckpointStore, Progress, barrier
 
 if TYPE_CHECKING:  # a step that finds its result here imports no model code
@@ -65,6 +60,7 @@ def write_result(
     are the best validation's numbers plus ``extra_metrics`` (the training curves)."""
     from peft import PeftModel
 
+    from ..models.weights import save_weights, write_full_weights
     from .strategies import trained_weights
 
     best = progress.best
@@ -79,29 +75,12 @@ def write_result(
         # An adapter is small; one worker holds the whole model anyway. (safetensors' own writer
         # also writes the same bytes for the same weights: DCP's orders its header at random.)
         weights = trained_weights(model)  # every rank gathers; rank 0 holds the result
-        meta = save_state_dict(weights, temp / WEIGHTS) if rank == 0 else None
+        meta = save_weights(weights, temp / WEIGHTS) if rank == 0 else None
     else:
-        meta = _write_full_weights(model, temp, rank)
+        aliases = {alias: names[0] for names in model.tied_names for alias in names[1:]}
+        meta = write_full_weights(model.lm, aliases, temp / WEIGHTS, rank)
     if rank == 0:
         record = {"weights": meta, "training_metrics": {**(best or {"step": step}), **(extra_metrics or {})}}
         publish_text(temp / RECORD, json.dumps(record, indent=1))
         publish_dir(final)
     barrier()
-
-
-def _write_full_weights(model: "RankClassificationModel", temp: Path, rank: int) -> Optional[Dict[str, Any]]:
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
-    weights = get_model_state_dict(model.lm)  # each worker's shards (under DDP, the replica)
-    aliases = {alias: names[0] for names in model.tied_names for alias in names[1:]}
-    keys = list(weights)
-    writer = dcp.HuggingFaceStorageWriter(str(temp / "hf"), save_distributed=True, enable_consolidation=True)
-    with reporting_full_disk(temp / WEIGHTS):
-        dcp.save({k: v for k, v in weights.items() if k not in aliases}, storage_writer=writer)
-    if rank != 0:
-        return None
-    (consolidated,) = (temp / "hf").glob("model-*.safetensors")
-    os.replace(consolidated, temp / WEIGHTS)
-    shutil.rmtree(temp / "hf")
-    return {"aliases": aliases, "keys": keys, "sha256": sha256_of_file(temp / WEIGHTS)}

@@ -5,21 +5,17 @@ be resumed with the other strategy or another device count.
 """
 
 from contextlib import nullcontext
-from pathlib import Path
-from typing import ContextManager, Dict, List, Optional
+from typing import ContextManager, Dict, Optional, Tuple
 
 import torch
-import torch.distributed.checkpoint as dcp
 from peft import PeftModel, get_peft_model_state_dict
-from safetensors import safe_open
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
-from ..models.loading import ModelSpec, local_directory
 from ..models.output_layer import output_layer
 from ..models.rank_classification import RankClassificationModel
-from ..models.streaming import empty_model, safetensors_files, tied_parameter_names
+from ..models.weights import load_own_shards
 
 
 def distribute(model: RankClassificationModel, strategy: str, world_size: int) -> torch.nn.Module:
@@ -61,55 +57,32 @@ def trained_weights(model: RankClassificationModel) -> Dict[str, torch.Tensor]:
     return weights
 
 
+def placed_model(job, world_size: int, device: torch.device) -> Tuple[RankClassificationModel, torch.nn.Module]:
+    """``job``'s model on ``device``, and the module that trains it (see :func:`distribute`):
+    under FSDP each worker reads its own shards alone (:func:`sharded_model`), else every worker
+    loads the whole model."""
+    model = sharded_model(job, world_size, device)
+    if model is not None:
+        return model, model
+    model = job.build_model()
+    return model, distribute(model.to(device), job.strategy, world_size)
+
+
 def sharded_model(job, world_size: int, device: torch.device) -> Optional[RankClassificationModel]:
     """Under FSDP, the model built on the meta device, sharded, and each worker's shards alone read
-    from the pretrained safetensors files (``torch.distributed.checkpoint``'s Hugging Face reader):
-    no worker holds the whole model. ``None`` where that does not apply (DDP, one worker, an
-    adapter, a model without safetensors files whose names match its parameters): the caller
-    loads the model whole, once per worker."""
+    from the pretrained safetensors files (:func:`..models.weights.load_own_shards`): no worker
+    holds the whole model. ``None`` where that does not apply (DDP, one worker, an adapter, a
+    model without safetensors files naming its parameters): the caller loads the model whole,
+    once per worker."""
     if job.strategy != "fsdp" or world_size == 1 or job.adapter is not None:
         return None
-    directory = pretrained_safetensors(job.spec)
-    if directory is None:
-        return None
-    config = job.spec.load_config()
-    lm = empty_model(config, torch.float32)
-    lm.tie_weights()  # on the meta device too: tied names then share one parameter, sharded once
-    names = {name for path in safetensors_files(directory) for name in _tensor_names(path)}
-    tied = {name for names in tied_parameter_names(lm) for name in names[1:]}
-    expected = {name for name, _ in lm.named_parameters()}
-    if expected - tied - names:
-        return None  # the files name the weights otherwise (renamed in this transformers version)
-    model = job.build_model(lm=lm)
-    # Whether its logits are its output layer on its hidden states, by its config: comparing
-    # both ways would need the whole weights on every worker.
-    output_layer(model.lm, compare_logits=False)
-    distribute(model, "fsdp", world_size)
-    buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}  # real, and kept
-    model.to_empty(device=device)
-    for name, buffer in model.named_buffers():
-        buffer.copy_(buffers[name])
-    state = get_model_state_dict(model.lm)
-    dcp.load({k: v for k, v in state.items() if k not in tied}, storage_reader=dcp.HuggingFaceStorageReader(str(directory)))
-    set_model_state_dict(model.lm, state)
-    return model
 
+    def build_and_shard(lm) -> RankClassificationModel:
+        model = job.build_model(lm=lm)
+        # Whether its logits are its output layer on its hidden states, by its config: comparing
+        # both ways would need the whole weights on every worker.
+        output_layer(model.lm, compare_logits=False)
+        distribute(model, "fsdp", world_size)
+        return model
 
-def _tensor_names(path: Path) -> List[str]:
-    with safe_open(str(path), framework="pt") as f:
-        return list(f.keys())
-
-
-def pretrained_safetensors(spec: ModelSpec) -> Optional[Path]:
-    """The directory of ``spec``'s pretrained safetensors files: a local one, or the hub's files
-    fetched into the local hub cache."""
-    directory = local_directory(spec.pretrained)
-    if directory is None:
-        from huggingface_hub import snapshot_download
-
-        try:
-            directory = Path(snapshot_download(spec.pretrained, revision=spec.revision,
-                                               allow_patterns=["*.safetensors", "*.json"]))
-        except Exception:  # noqa: BLE001 (any hub failure: the whole-model path says it properly)
-            return None
-    return directory if safetensors_files(directory) else None
+    return load_own_shards(job.spec, build_and_shard, device)

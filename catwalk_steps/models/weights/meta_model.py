@@ -1,53 +1,23 @@
-"""Loading a model's weights once, straight in the dtype they are used in.
+"""A model built without its weights, then given them: read once, straight in the dtype they are
+used in.
 
 ``from_pretrained`` followed by ``load_state_dict`` holds the base weights and the fine-tuned
 ones at once, and converting float32 files to bfloat16 through memory-mapped files keeps the
 float32 pages resident too (measured: 6.2x the bfloat16 weights' bytes for a 355M model).
-Here the model is built on the meta device (buffers excepted), and each tensor is read from its
-safetensors file with ``safetensors.safe_open`` (any dtype safetensors knows) in slices of at
-most ``CHUNK`` bytes into a tensor of the target dtype that then becomes the parameter. The file
-is opened for each slice, so no memory-mapped page outlives it: peak memory is the weights in
-the target dtype plus one slice.
+Here the model is built on the meta device (buffers excepted), and each tensor, read a slice at
+a time into a tensor of the target dtype (:func:`.files.read_tensor`), becomes the parameter:
+peak memory is the weights in the target dtype plus one slice.
 """
 
-import json
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 from accelerate import init_empty_weights
-from safetensors import safe_open
 from tango.common.exceptions import ConfigurationError
 from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, PreTrainedModel
 
-CHUNK = 16 << 20
-
-
-def read_tensors(path: Path, dtype: torch.dtype) -> Iterator[Tuple[str, torch.Tensor]]:
-    """Each tensor of a safetensors file, floating-point ones converted to ``dtype`` a slice at a
-    time (never the whole file, nor a whole tensor in its stored dtype, in memory)."""
-    with safe_open(str(path), framework="pt") as f:
-        names = list(f.keys())
-    for name in names:
-        yield name, read_tensor(path, name, dtype)
-
-
-def read_tensor(path: Path, name: str, dtype: torch.dtype) -> torch.Tensor:
-    """Tensor ``name`` of a safetensors file, in ``dtype`` if it is floating-point."""
-    with safe_open(str(path), framework="pt") as f:
-        view = f.get_slice(name)
-        shape = view.get_shape()
-        if not shape:  # a scalar
-            tensor = f.get_tensor(name)
-            return tensor.to(dtype) if tensor.is_floating_point() else tensor
-        stored = view[0:0].dtype
-    out = torch.empty(shape, dtype=dtype if stored.is_floating_point else stored)
-    row_bytes = max(1, out[0].numel() * stored.itemsize) if shape[0] else 1
-    rows = max(1, CHUNK // row_bytes)
-    for start in range(0, shape[0], rows):
-        with safe_open(str(path), framework="pt") as f:
-            out[start:start + rows] = f.get_slice(name)[start:start + rows]
-    return out
+from .files import read_tensors, tensor_names
 
 
 def auto_class(config):
@@ -60,6 +30,30 @@ def empty_model(config, dtype: torch.dtype) -> PreTrainedModel:
     (causal masks, rotary frequencies) real."""
     with init_empty_weights(include_buffers=False):
         return auto_class(config).from_config(config, dtype=dtype)
+
+
+def tied_parameter_names(lm: torch.nn.Module) -> List[List[str]]:
+    """The names of each parameter that several names share (GPT-2's ``lm_head.weight`` and
+    ``transformer.wte.weight``), the first one the owner."""
+    shared: Dict[int, List[str]] = {}
+    for name, parameter in lm.named_parameters(remove_duplicate=False):
+        shared.setdefault(id(parameter), []).append(name)
+    return [names for names in shared.values() if len(names) > 1]
+
+
+def tied_aliases(lm: torch.nn.Module) -> List[str]:
+    """The names of ``lm``'s parameters that are another name's (see :func:`tied_parameter_names`)."""
+    return [name for names in tied_parameter_names(lm) for name in names[1:]]
+
+
+def files_name_every_weight(lm: PreTrainedModel, files: List[Path]) -> bool:
+    """Whether ``files`` hold a tensor under each name of ``lm``'s own parameters (a tied alias
+    may be left out). Not so for checkpoints written under other names: the base model's alone
+    (GPT-2's hub files lack the ``transformer.`` prefix) or an older transformers' names, which
+    ``from_pretrained`` renames."""
+    lm.tie_weights()
+    stored = {name for path in files for name in tensor_names(path)}
+    return not {name for name, _ in lm.named_parameters()} - set(tied_aliases(lm)) - stored
 
 
 def fill_model(model: PreTrainedModel, tensors: Iterable[Tuple[str, torch.Tensor]]) -> PreTrainedModel:
@@ -92,27 +86,10 @@ def _first(keys: List[str]) -> str:
     return ", ".join(keys[:5]) + (f" (+{len(keys) - 5} more)" if len(keys) > 5 else "") if keys else "none"
 
 
-def tied_parameter_names(lm: torch.nn.Module) -> List[List[str]]:
-    """The names of each parameter that several names share (GPT-2's ``lm_head.weight`` and
-    ``transformer.wte.weight``), the first one the owner."""
-    shared: Dict[int, List[str]] = {}
-    for name, parameter in lm.named_parameters(remove_duplicate=False):
-        shared.setdefault(id(parameter), []).append(name)
-    return [names for names in shared.values() if len(names) > 1]
-
-
-def safetensors_files(directory: Path) -> Optional[List[Path]]:
-    """A saved model's safetensors files (one, or the shards of its index), if it has them."""
-    index = directory / "model.safetensors.index.json"
-    if index.exists():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [directory / shard for shard in shards]
-    single = directory / "model.safetensors"
-    return [single] if single.exists() else None
-
-
-def model_from_files(config, files: List[Path], dtype: torch.dtype, aliases: Optional[Dict[str, str]] = None):
-    """A model of ``config`` whose weights are read from ``files`` in ``dtype``. ``aliases``
+def filled_from_files(
+    model: PreTrainedModel, files: List[Path], dtype: torch.dtype, aliases: Optional[Dict[str, str]] = None
+) -> PreTrainedModel:
+    """An :func:`empty_model` whose weights are read from ``files`` in ``dtype``. ``aliases``
     (name -> the name whose tensor it shares) restores ties recorded by our cache format."""
 
     def tensors() -> Iterator[Tuple[str, torch.Tensor]]:
@@ -124,4 +101,4 @@ def model_from_files(config, files: List[Path], dtype: torch.dtype, aliases: Opt
         for alias, owner in (aliases or {}).items():
             yield alias, read[owner]
 
-    return fill_model(empty_model(config, dtype), tensors())
+    return fill_model(model, tensors())

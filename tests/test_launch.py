@@ -90,7 +90,7 @@ def test_slurm_submission_asks_for_the_steps_nodes(tmp_path):
     stand_in.parent.mkdir()
     stand_in.write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/args"\necho 42\n')
     stand_in.chmod(0o755)
-    env = {**ENV, "PATH": f"{stand_in.parent}:{ENV['PATH']}"}
+    env = {**ENV, "PATH": f"{stand_in.parent}:{Path(sys.executable).parent}:{ENV['PATH']}"}  # this venv's python
     submitted = subprocess.run(["examples/slurm_finetune.sh", str(config), "finetune", str(tmp_path / "ws")],
                                cwd=REPO, env=env, capture_output=True, text=True, check=True)
     assert "Submitted finetune on 3 node(s) (job 42)" in submitted.stdout

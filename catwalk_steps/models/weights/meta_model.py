@@ -10,24 +10,29 @@ peak memory is the weights in the target dtype plus one slice.
 """
 
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
-from accelerate import init_empty_weights
 from tango.common.exceptions import ConfigurationError
-from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM, PreTrainedModel
 
 from .files import read_tensors, tensor_names
+
+if TYPE_CHECKING:  # imported where a model is built: reading a cache entry needs no transformers
+    from transformers import PreTrainedModel
 
 
 def auto_class(config):
     """The HF auto class of a config: encoder-decoders (T5) are seq2seq LMs, the rest causal LMs."""
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
     return AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
 
 
-def empty_model(config, dtype: torch.dtype) -> PreTrainedModel:
+def empty_model(config, dtype: torch.dtype) -> "PreTrainedModel":
     """The model of ``config`` with its parameters on the meta device (no memory) and its buffers
     (causal masks, rotary frequencies) real."""
+    from accelerate import init_empty_weights
+
     with init_empty_weights(include_buffers=False):
         return auto_class(config).from_config(config, dtype=dtype)
 
@@ -46,7 +51,7 @@ def tied_aliases(lm: torch.nn.Module) -> List[str]:
     return [name for names in tied_parameter_names(lm) for name in names[1:]]
 
 
-def files_name_every_weight(lm: PreTrainedModel, files: List[Path]) -> bool:
+def files_name_every_weight(lm: "PreTrainedModel", files: List[Path]) -> bool:
     """Whether ``files`` hold a tensor under each name of ``lm``'s own parameters (a tied alias
     may be left out). Not so for checkpoints written under other names: the base model's alone
     (GPT-2's hub files lack the ``transformer.`` prefix) or an older transformers' names, which
@@ -56,7 +61,7 @@ def files_name_every_weight(lm: PreTrainedModel, files: List[Path]) -> bool:
     return not {name for name, _ in lm.named_parameters()} - set(tied_aliases(lm)) - stored
 
 
-def fill_model(model: PreTrainedModel, tensors: Iterable[Tuple[str, torch.Tensor]]) -> PreTrainedModel:
+def fill_model(model: "PreTrainedModel", tensors: Iterable[Tuple[str, torch.Tensor]]) -> "PreTrainedModel":
     """Makes ``tensors`` the parameters of an :func:`empty_model` (no copy), then ties weights.
 
     Keys a checkpoint leaves out because they are tied (GPT-2's ``lm_head.weight``) may be
@@ -87,8 +92,8 @@ def _first(keys: List[str]) -> str:
 
 
 def filled_from_files(
-    model: PreTrainedModel, files: List[Path], dtype: torch.dtype, aliases: Optional[Dict[str, str]] = None
-) -> PreTrainedModel:
+    model: "PreTrainedModel", files: List[Path], dtype: torch.dtype, aliases: Optional[Dict[str, str]] = None
+) -> "PreTrainedModel":
     """An :func:`empty_model` whose weights are read from ``files`` in ``dtype``. ``aliases``
     (name -> the name whose tensor it shares) restores ties recorded by our cache format."""
 

@@ -1,6 +1,7 @@
 """Weights that no single worker holds whole: each worker reads only its own shards of the
 pretrained files, and writes only its own shards of the result, with
-``torch.distributed.checkpoint``'s Hugging Face reader and writer (safetensors files)."""
+``torch.distributed.checkpoint``'s Hugging Face reader and writer (safetensors files), imported
+only when a model is sharded: reading a cache entry needs none of it."""
 
 import os
 import shutil
@@ -8,8 +9,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import torch
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
 from ...storage.hashing import sha256_of_file
 from ...storage.space import reporting_full_disk
@@ -21,6 +20,9 @@ def read_own_shards(
     """Fills ``model`` (sharded already, its parameters still on the meta device; ``lm`` the HF
     model inside it, ``aliases`` its tied names that are another's) with its shards of the
     safetensors files in ``directory``: each worker materialises and reads only the shards it keeps."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
     buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}  # real, and kept
     model.to_empty(device=device)
     for name, buffer in model.named_buffers():
@@ -36,6 +38,9 @@ def write_full_weights(lm: torch.nn.Module, aliases: Dict[str, str], path: Path,
     without any worker gathering the whole model. ``aliases`` (tied name -> owner) are stored
     once. Returns, on rank 0, what :func:`.files.read_weights` needs to read the file back;
     ``None`` on the other ranks."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
     weights = get_model_state_dict(lm)  # each worker's shards (under DDP, the replica)
     keys = list(weights)
     scratch = path.parent / "hf"

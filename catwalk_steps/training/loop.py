@@ -18,6 +18,7 @@ What makes its result independent of how it was computed:
 
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -109,6 +110,11 @@ class TrainingJob:
             return loss_divisor(self.train, self.plan, step, world_size)
         return self.plan.micro_batches_per_step // world_size
 
+    @cached_property
+    def tokenizer(self):
+        """The tokenizer, loaded once per worker (by validation's generations, the only user)."""
+        return self.spec.load_tokenizer()
+
     @property
     def checkpoints(self) -> CheckpointStore:
         return CheckpointStore(self.work_dir / CHECKPOINTS)
@@ -157,7 +163,7 @@ def validate(
             counts = [outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items), device=device)]
             sums += torch.stack(counts).to(sums)
     if job.selected == "val_exact_match":  # greedy generations, scored by each task's rule
-        sums[0] = exact_matches(model.scoring_lm, job.spec.load_tokenizer(), job.tasks, shard, job.pad_token_id,
+        sums[0] = exact_matches(model.scoring_lm, job.tokenizer, job.tasks, shard, job.pad_token_id,
                                 job.max_length, job.plan.micro_batch_size)
     correct, loss, count = _sum_over_workers(sums).tolist()
     model.train()

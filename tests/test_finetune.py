@@ -96,3 +96,24 @@ def test_callbacks_observe_training_without_changing_the_key(tiny_task, workspac
     result = observed.result(workspace)
     seen = (workspace.work_dir(observed) / "seen.txt").read_text().split()
     assert seen == ["1", str(result.training_metrics["val_acc"])]
+
+
+def test_every_run_parameter_is_a_documented_setting_of_its_type():
+    """``run()``'s signature (which Tango reads) and :class:`FinetuneSettings` (which documents it)
+    name the same settings, with the same types, and each has its documentation."""
+    import ast
+    import inspect
+    import typing
+
+    from catwalk_steps.training.settings import FinetuneSettings
+
+    parameters = dict(inspect.signature(FinetuneStep.run).parameters)
+    del parameters["self"]
+    hints = typing.get_type_hints(FinetuneStep.run)
+    assert typing.get_type_hints(FinetuneSettings) == {name: hints[name] for name in parameters}
+    body = ast.parse(inspect.getsource(FinetuneSettings)).body[0].body
+    documented = {
+        field.target.id for field, doc in zip(body, body[1:])
+        if isinstance(field, ast.AnnAssign) and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)
+    }
+    assert documented == set(parameters)

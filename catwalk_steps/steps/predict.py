@@ -1,9 +1,9 @@
-"""``catwalk::predict``: score every answer choice of a task split by log-likelihood."""
+"""``catwalk::predict``: score every answer choice of a task split by log-likelihood (or generate,
+or score documents): the step reads its settings into a :class:`..prediction.plan.PredictionPlan`
+and hands it to :func:`..prediction.plan.predictions`."""
 
-from contextlib import nullcontext
 from pathlib import Path
-from tempfile import TemporaryDirectory
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Union
 
 import torch
 from tango import Step
@@ -12,31 +12,14 @@ from tango.step import StepResources
 
 from ..distributed.devices import check_device_setting, gpu_count, worker_devices
 from ..models.finetuned import FinetunedModel
-from ..models.loading import ModelSpec, context_window, with_model_names
-from ..models.scoring import encode_pair
-from ..prediction.generation_records import generation_records, generation_requests
-from ..prediction.perplexity_records import document_queries, perplexity_records, target_queries, target_records
-from ..prediction.workers import PredictionJob, run_on_workers, strided_shards
+from ..models.loading import ModelSpec, with_model_names
+from ..prediction.plan import PredictionPlan, predictions
 from ..storage.atomic import AtomicJsonFormat
-from ..storage.hashing import fingerprint
 from ..tango_fixes.class_paths import keep_class_path
 from ..tasks import Task
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def top_two_margin(logliks: Sequence[float]) -> float:
-    """How far the chosen answer's log-likelihood is ahead of the runner-up's: a decision with a
-    margin within the batching tolerance (README) may flip with the batch size or device count."""
-    first, second = sorted(logliks, reverse=True)[:2]
-    return first - second
-
-
-def query_work(queries: Sequence[Any], finetuned: Optional[FinetunedModel]) -> str:
-    """What scoring ``queries`` with these weights is, for journals: a journal written for other
-    queries or other weights is discarded."""
-    return fingerprint([[list(q.context + q.continuation) for q in queries], finetuned and finetuned.fingerprint])
 
 
 @Step.register("catwalk::predict")
@@ -123,87 +106,10 @@ class PredictStep(Step):
             generated from, in one forward pass.
         :param max_batch_tokens: most padded tokens in one scoring forward pass.
         """
-        devices = worker_devices(device, device_count)
         finetuned = model if isinstance(model, FinetunedModel) else None
-        spec = finetuned.spec if finetuned else ModelSpec.parse(model, tokenizer=tokenizer)
-        instances = task.instances(split, limit)  # a bad data file fails the step before anything is loaded
-        tok = spec.load_tokenizer()
-        job = dict(spec=spec, finetuned=finetuned, devices=devices, dtype=DTYPES[dtype], pad_token_id=tok.pad_token_id,
-                   max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens)
-        if task.REQUEST_TYPE == "generate_until":
-            max_length = context_window(spec.load_config())
-            requests = generation_requests(tok, instances, max_length)
-            self.logger.info("Generating for %d instances on %s", len(instances), ", ".join(map(str, devices)))
-            work = [[[list(r.prompt), r.until, r.max_new_tokens] for r in requests], finetuned and finetuned.fingerprint]
-            generations = self._run_journaled(
-                requests=requests, shards=strided_shards(range(len(requests)), len(devices)), kind="generations",
-                work=fingerprint(work), **job,
-            )
-            return generation_records(task, instances, requests, generations, max_length)
-        if task.REQUEST_TYPE in ("loglikelihood_rolling", "loglikelihood"):
-            return self._score_whole(task.REQUEST_TYPE, instances, spec, tok, job)
-        queries = [encode_pair(tok, context, c) for i in instances for context, c in i.pairs()]
-        instance_of = [n for n, i in enumerate(instances) for _ in i.continuations]
-        conditioned = len(queries)
-        if unconditioned and task.unconditioned_context is not None:
-            queries += [encode_pair(tok, task.unconditioned_context, c) for i in instances for c in i.continuations]
-            instance_of += instance_of
-
-        self.logger.info(
-            "Scoring %d queries of %d instances on %s", len(queries), len(instances), ", ".join(map(str, devices))
-        )
-        work = query_work(queries, finetuned)
-        logliks = self._run_journaled(requests=queries, shards=strided_shards(instance_of, len(devices)), work=work, **job)
-
-        predictions, start = [], 0
-        for instance in instances:
-            end = start + len(instance.continuations)
-            record = {
-                "id": instance.id,
-                "label": instance.label,
-                "logliks": logliks[start:end],
-                "num_tokens": [len(q.continuation) for q in queries[start:end]],
-                "num_chars": instance.answer_lengths(),
-                "margin": top_two_margin(logliks[start:end]),
-            }
-            if instance.group is not None:
-                record["group"] = instance.group
-            if conditioned < len(queries):
-                record["unconditioned_logliks"] = logliks[conditioned + start:conditioned + end]
-            predictions.append(record)
-            start = end
-        return predictions
-
-    def _score_whole(
-        self, request_type: str, instances: List[Any], spec: ModelSpec, tok: Any, job: Dict[str, Any]
-    ) -> List[Dict[str, Any]]:
-        """Records of a perplexity task's documents (``loglikelihood_rolling``: every rolling
-        window a query) or of (context, target) instances scored with a greedy flag
-        (``loglikelihood``). Causal LMs only."""
-        config = spec.load_config()
-        if config.is_encoder_decoder:
-            raise ConfigurationError(
-                f"{spec.pretrained} is an encoder-decoder model: {request_type} requests (perplexity, "
-                "LAMBADA) are computed here for causal language models only"
-            )
-        rolling = request_type == "loglikelihood_rolling"
-        queries, instance_of = (
-            document_queries(tok, instances, context_window(config)) if rolling else target_queries(tok, instances)
-        )
-        self.logger.info("Scoring %d %s of %d instances on %s", len(queries), "windows" if rolling else "targets",
-                         len(instances), ", ".join(map(str, job["devices"])))
-        work = query_work(queries, job["finetuned"])
-        results = self._run_journaled(requests=queries, shards=strided_shards(instance_of, len(job["devices"])),
-                                      kind="scores" if rolling else "greedy_scores", work=work, **job)
-        if rolling:
-            return perplexity_records(instances, queries, instance_of, results)
-        return target_records(instances, queries, results)
-
-    def _run_journaled(self, **job: Any) -> List[Any]:
-        """The results of a :class:`PredictionJob` of these settings. They reach the work dir batch by batch, so a killed run resumes
-        where it stopped; journals are discarded if the requests or the weights are not those
-        they were written for. Called directly (not through a workspace), run() journals into a
-        temporary directory."""
-        work_dir = self.work_dir_for_run
-        with nullcontext(work_dir) if work_dir else TemporaryDirectory(prefix="catwalk-predict-") as journals:
-            return run_on_workers(PredictionJob(work_dir=Path(journals), **job))
+        return predictions(PredictionPlan(
+            spec=finetuned.spec if finetuned else ModelSpec.parse(model, tokenizer=tokenizer), finetuned=finetuned,
+            task=task, split=split, limit=limit, devices=worker_devices(device, device_count), dtype=DTYPES[dtype],
+            unconditioned=unconditioned, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
+            journals=self.work_dir_for_run,  # None when run() is called directly
+        ))

@@ -1,6 +1,8 @@
 """Rank-classification training that gives the same model however it is run (its workers are
 started by :mod:`catwalk_steps.distributed.launch`).
 
+- :mod:`.settings`: ``catwalk::finetune``'s settings, each documented, and their checks;
+- :mod:`.fine_tuning`: one node's part of a run, from the settings to its workers;
 - :mod:`.batches`: which examples every optimizer step and micro-batch sees, for any device count;
 - :mod:`.seeds`: seeds derived per purpose (data order, dropout of each micro-batch);
 - :mod:`.checkpoints`: world-size independent, kill-safe checkpoints;

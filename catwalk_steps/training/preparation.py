@@ -1,6 +1,7 @@
-"""From ``catwalk::finetune``'s settings to a :class:`~.loop.TrainingJob`: the tasks' splits read
-(a bad data file fails here, before the tokenizer or any model is loaded), tokenised for the
-task kind's loss, and cut into the batch plan that every worker follows."""
+"""From ``catwalk::finetune``'s settings (:class:`.settings.FinetuneSettings`) to a
+:class:`~.loop.TrainingJob`: the tasks' splits read (a bad data file fails here, before the
+tokenizer or any model is loaded), tokenised for the task kind's loss, and cut into the batch plan
+that every worker follows."""
 
 import math
 from pathlib import Path
@@ -10,13 +11,14 @@ from tango.common import Tqdm
 from tango.common.exceptions import ConfigurationError
 from tango.workspace import Workspace
 
-from ..models.loading import ModelSpec, context_window
+from ..models.loading import context_window
 from ..models.scoring import encode_pair
 from ..tasks import MCInstance
 from ..tracking.settings import Tracking
 from .batches import BatchPlan, micro_batch_size_for
 from .generative import GENERATIVE, answer_examples, selected_record_key, training_kind
 from .loop import TrainingJob
+from .settings import FinetuneSettings
 
 
 def tokenized_examples(tokenizer, instances: List[MCInstance], desc: str) -> List[Dict[str, Any]]:
@@ -35,8 +37,7 @@ def tokenized_examples(tokenizer, instances: List[MCInstance], desc: str) -> Lis
 
 
 def training_job(
-    settings: Dict[str, Any],
-    spec: ModelSpec,
+    settings: FinetuneSettings,
     *,
     work_dir: Path,
     workspace: Workspace,
@@ -44,18 +45,17 @@ def training_job(
     step_name: str,
     tracking: Optional[Tracking],
 ) -> TrainingJob:
-    """The job ``catwalk::finetune``'s ``run()`` arguments (``settings``) describe."""
-    s = settings
-    tasks: Sequence[Any] = s["tasks"]
-    workers = s["device_count"] * s["nodes"]
-    micro_batch_size = micro_batch_size_for(s["batch_size"], s["micro_batch_size"], workers)
+    """The job ``settings`` describe."""
+    s, spec = settings, settings.model_spec()
+    tasks: Sequence[Any] = s.tasks
+    micro_batch_size = micro_batch_size_for(s.batch_size, s.micro_batch_size, s.workers)
 
     def instances(split: Optional[str], limit: Optional[int]) -> Optional[List[List[Any]]]:
         return None if split is None else [task.instances(split, limit) for task in tasks]
 
     # Both splits are read (a bad data file reported) before the tokenizer or any model is loaded.
-    train_instances = instances(s["train_split"], s["train_limit"])
-    validation_instances = instances(s["validation_split"], s["validation_limit"])
+    train_instances = instances(s.train_split, s.train_limit)
+    validation_instances = instances(s.validation_split, s.validation_limit)
     tokenizer, config = spec.load_tokenizer(), spec.load_config()
     max_length = context_window(config)
     kind = training_kind(tasks)
@@ -69,39 +69,39 @@ def training_job(
             return answer_examples(tokenizer, per_task, max_length, config.is_encoder_decoder, desc=desc)
         return tokenized_examples(tokenizer, [i for part in per_task for i in part], desc=desc)
 
-    train = examples(s["train_split"], train_instances)
-    plan = BatchPlan(len(train), s["batch_size"], micro_batch_size, s["seed"])
+    train = examples(s.train_split, train_instances)
+    plan = BatchPlan(len(train), s.batch_size, micro_batch_size, s.seed)
     if plan.steps_per_epoch == 0:
-        raise ConfigurationError(f"{len(train)} training instances make no batch of {s['batch_size']}")
-    train_steps = plan.steps_per_epoch * s["train_epochs"]
+        raise ConfigurationError(f"{len(train)} training instances make no batch of {s.batch_size}")
+    train_steps = plan.steps_per_epoch * s.train_epochs
     return TrainingJob(
         spec=spec,
         train=train,
-        validation=examples(s["validation_split"], validation_instances),
+        validation=examples(s.validation_split, validation_instances),
         plan=plan,
         train_steps=train_steps,
-        validate_every=s["validate_every"] or plan.steps_per_epoch,
-        learning_rate=s["learning_rate"],
-        weight_decay=s["weight_decay"],
-        warmup_steps=math.ceil(s["warmup_fraction"] * train_steps),
-        max_grad_norm=s["max_grad_norm"],
+        validate_every=s.validate_every or plan.steps_per_epoch,
+        learning_rate=s.learning_rate,
+        weight_decay=s.weight_decay,
+        warmup_steps=math.ceil(s.warmup_fraction * train_steps),
+        max_grad_norm=s.max_grad_norm,
         pad_token_id=tokenizer.pad_token_id,
         max_length=max_length,
         work_dir=work_dir,
-        log_every=s["log_every"],
-        adapter=s["adapter"],
-        strategy=s["strategy"],
-        precision=s["precision"],
-        gradient_checkpointing=s["gradient_checkpointing"],
-        shared_context=s["shared_context"],
-        callbacks=s["callbacks"],
-        optimizer=s["optimizer"],
-        lr_scheduler=s["lr_scheduler"],
-        decay_biases_and_norms=s["decay_biases_and_norms"],
-        patience=s["patience"],
+        log_every=s.log_every,
+        adapter=s.adapter,
+        strategy=s.strategy,
+        precision=s.precision,
+        gradient_checkpointing=s.gradient_checkpointing,
+        shared_context=s.shared_context,
+        callbacks=s.callbacks,
+        optimizer=s.optimizer,
+        lr_scheduler=s.lr_scheduler,
+        decay_biases_and_norms=s.decay_biases_and_norms,
+        patience=s.patience,
         generative=generative,
-        selected=selected_record_key(kind, s["val_metric"]),
-        tasks=tasks if s["val_metric"] == "exact_match" else None,
+        selected=selected_record_key(kind, s.val_metric),
+        tasks=tasks if s.val_metric == "exact_match" else None,
         workspace=workspace,
         step_id=step_id,
         step_name=step_name,

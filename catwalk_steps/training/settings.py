@@ -1,19 +1,173 @@
-"""``catwalk::finetune``'s settings, checked when the step graph is built (before any step of a
-run starts), so that a typo or an impossible combination fails in one line, not after an hour."""
+"""``catwalk::finetune``'s settings: what each means (:class:`FinetuneSettings`, the documentation
+of the step's ``run()`` parameters) and their checks, run when the step graph is built (before any
+step of a run starts), so that a typo or an impossible combination fails in one line, not after an
+hour."""
 
-from typing import Any, Dict
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
 
 from tango.common.exceptions import ConfigurationError
-from tango.integrations.torch import LRScheduler, Optimizer
+from tango.common.lazy import Lazy
+from tango.integrations.torch import LRScheduler, Optimizer, TrainCallback
 
 from ..distributed.devices import check_device_setting
-from ..models.adapters import peft_config
+from ..models.adapters import Adapter, peft_config
 from ..models.loading import ModelSpec
+from ..tasks import Task
 from ..tracking.settings import check_tracking
 from .batches import micro_batch_size_for
 from .callbacks import check_callbacks
 from .generative import check_val_metric
 from .optimizers import check_schedule, named_lazy
+
+
+@dataclass(frozen=True)
+class FinetuneSettings:
+    """The settings of one ``catwalk::finetune`` run: its ``run()`` parameters, by the same names
+    (whose defaults are ``run()``'s, where Tango reads them), each documented here."""
+
+    model: str
+    """``rc::<hub name or local directory>`` of the model to start from."""
+    tasks: List[Task]
+    """The tasks whose ``train_split`` (and ``validation_split``) to use."""
+    tokenizer: Optional[str]
+    """Hub name or directory of the tokenizer, if not the model's."""
+    config_overrides: Optional[Dict[str, Any]]
+    """HF config values to change, e.g. dropouts set to 0."""
+    adapter: Optional[Adapter]
+    """Train a LoRA or IA3 adapter instead of every weight, e.g. ``{"type": "lora", "r": 8, "alpha": 16}``
+    (see :mod:`catwalk_steps.models.adapters`). The result is then the adapter alone, applied to the base
+    model when loaded."""
+    precision: str
+    """``"32"``, or ``"bf16-mixed"``: forward and backward passes under bfloat16 autocast, float32 master
+    weights and optimizer state. Validation runs in float32."""
+    gradient_checkpointing: bool
+    """Recompute activations in the backward pass (less memory, about a third more compute)."""
+    shared_context: bool
+    """Encode each instance's context once for all its choices, in the forward and the backward pass: the
+    loss and gradients of encoding every (context, choice) pair, for less work (measured 1.06-2.95x the
+    examples/s, docs/benchmarks.md: the more, the longer the contexts and the larger the model). Under
+    dropout the choices share the context's dropout mask, so the setting is in the cache key. Off with
+    gradient checkpointing and for encoder-decoder models. Under FSDP it costs memory: each block runs
+    twice per step, and autograd holds every block's whole gradient from the continuations' backward until
+    the contexts' (4 bytes per parameter per worker at the peak, whatever the worker count;
+    docs/benchmarks.md). ``false`` where that matters."""
+    batch_size: int
+    """Instances per optimizer step, over all devices and micro-batches. Each epoch trains on
+    ``len(train) // batch_size`` whole batches of a fresh permutation."""
+    micro_batch_size: Optional[int]
+    """Instances per forward pass on one device (default: ``batch_size``). ``batch_size`` must be a
+    multiple of ``micro_batch_size * device_count``."""
+    train_epochs: int
+    """Passes over the train split, each in a fresh permutation."""
+    learning_rate: float
+    """The default optimizer's (AdamW's) learning rate."""
+    weight_decay: float
+    """The default optimizer's weight decay (of every weight but biases and normalisation weights, unless
+    ``decay_biases_and_norms``)."""
+    warmup_fraction: float
+    """The default schedule's warm-up, as a fraction of the training steps (rounded up): the learning rate
+    rises linearly from 0, then falls linearly to 0."""
+    optimizer: Optional[Lazy[Optimizer]]
+    """A Tango ``Optimizer`` (``{type: "torch::AdamW", lr: 2e-5, weight_decay: 0.01}``), built on each
+    worker with the trainable parameters in two groups: biases and normalisation weights (LayerNorm,
+    RMSNorm, ...) get ``weight_decay: 0``, the others the optimizer's own. Replaces ``learning_rate`` and
+    ``weight_decay`` (setting them to other than their defaults too is an error). In the cache key."""
+    lr_scheduler: Optional[Lazy[LRScheduler]]
+    """A Tango ``LRScheduler`` (``{type: "torch::StepLR", step_size: 10}``, ``{type:
+    "catwalk::cosine_with_warmup", warmup_fraction: 0.06}``), stepped after every optimizer step; one
+    whose constructor takes ``num_training_steps`` gets the step count unless given. Replaces
+    ``warmup_fraction``. In the cache key."""
+    decay_biases_and_norms: bool
+    """Decay biases and normalisation weights too."""
+    max_grad_norm: Optional[float]
+    """The total gradient norm each optimizer step clips to (``None``: no clipping)."""
+    patience: Optional[int]
+    """Stop after this many validations in a row without a better validation (by ``val_metric``) than the
+    best before them. The result is still the best validation's weights;
+    ``training_metrics["stopped_at"]`` says where it stopped; a stopped run resumed from its checkpoint
+    stays stopped. In the cache key when set."""
+    val_metric: Optional[str]
+    """What chooses the best validation (and what ``patience`` watches): ``"accuracy"`` (multiple choice's
+    default) or ``"loss"`` (the lowest); for generative tasks ``"loss"`` (their default: cross-entropy per
+    answer token) or ``"exact_match"`` (greedy generations on the validation split, scored by each task's
+    rule; not under ``fsdp`` on several workers). In the cache key unless the default."""
+    seed: int
+    """What the batch order, each micro-batch's dropout and any freshly initialised weights (an adapter's)
+    are derived from (:mod:`.seeds`): the same on any device count."""
+    train_split: str
+    """The split of each task to train on."""
+    validation_split: Optional[str]
+    """The split of each task to validate on, or ``None``: no validation (the result is the last step's
+    weights)."""
+    train_limit: Optional[int]
+    """Train on the first ``train_limit`` instances of each task's split only."""
+    validation_limit: Optional[int]
+    """Validate on the first ``validation_limit`` instances of each task's split only."""
+    validate_every: Optional[int]
+    """Steps between validations, each followed by a checkpoint; by default, every epoch. The returned
+    weights are those of the best validation (by ``val_metric``; of equal accuracies, the lowest loss), or
+    of the last step without a ``validation_split``."""
+    device_count: int
+    """Workers per node: CUDA devices 0..N-1, or CPU processes sharing out the cores."""
+    nodes: int
+    """Machines training together, each with ``device_count`` workers. This process is node 0; every other
+    node runs ``python -m catwalk_steps.join CONFIG STEP_NAME -w WORKSPACE`` (see
+    :mod:`catwalk_steps.join`). ``batch_size`` must be a multiple of ``micro_batch_size * device_count *
+    nodes``. Not in the cache key."""
+    max_restarts: int
+    """How often torch's elastic agents restart the workers after one fails (they resume from the last
+    checkpoint; the result is an uninterrupted run's). Not in the cache key."""
+    strategy: str
+    """``"ddp"`` (a full replica per worker) or ``"fsdp"`` (parameters, gradients and optimizer state
+    sharded over the workers, with torch's ``fully_shard``). The same model either way, within float
+    summation order, so not part of the cache key."""
+    device: str
+    """``"auto"`` (CUDA if present), ``"cuda"`` (``"cuda:1"`` for one worker) or ``"cpu"``, decided where
+    the step runs: a step for GPUs can be built on a host without one."""
+    distributed_port: Optional[int]
+    """The TCP port of the workers' rendezvous; by default the operating system picks a free one, so
+    parallel steps cannot collide."""
+    log_every: int
+    """Steps between records of the training loss (in ``training_metrics["history"]``, and for callbacks'
+    ``log_batch``)."""
+    callbacks: Optional[List[Lazy[TrainCallback]]]
+    """Tango ``TrainCallback``s, e.g. ``{type: "wandb::log"}`` (with ``tango.integrations.wandb`` in
+    ``include_package`` and ``wandb`` installed), called as Tango's loop calls them
+    (:mod:`catwalk_steps.training.callbacks`); their state is saved with checkpoints. They are not in the
+    cache key, so they must only observe training: one that raises ``StopEarly`` fails the step (use
+    ``patience``)."""
+    keep_checkpoints: bool
+    """Keep the checkpoints (the latest and the best: sharded weights and optimizer state, for continuing
+    training) once the result is cached; by default they are deleted then, and the cache entry holds the
+    result alone. Not in the cache key."""
+    wandb_project: Optional[str]
+    """Log the run to this W&B project (needs the ``wandb`` extra): the config, the training loss,
+    learning rate, gradient norm, throughput and peak memory every ``log_every`` steps, every validation,
+    the best one in the summary. One W&B run per step (global rank 0 logs), continued when the step
+    resumes; offline when the server cannot be had (see :mod:`catwalk_steps.training.tracking`). Not in
+    the cache key."""
+    wandb_entity: Optional[str]
+    """The W&B team or user (default: yours)."""
+    wandb_group: Optional[str]
+    """The W&B group, e.g. a sweep's name."""
+    wandb_tags: Optional[List[str]]
+    """W&B tags of the run."""
+    wandb_name: Optional[str]
+    """The W&B run's display name (default: the step's name)."""
+    tensorboard_dir: Optional[str]
+    """Also write the same numbers as TensorBoard event files into ``<tensorboard_dir>/<step name>-<id>``.
+    Not in the cache key."""
+
+
+    @property
+    def workers(self) -> int:
+        """Workers over all nodes."""
+        return self.device_count * self.nodes
+
+    def model_spec(self) -> ModelSpec:
+        return ModelSpec.parse(self.model, tokenizer=self.tokenizer, config_overrides=self.config_overrides or {})
+
 
 STRATEGIES = ("ddp", "fsdp")  # see .strategies
 PRECISIONS = ("32", "bf16-mixed")

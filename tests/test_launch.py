@@ -156,7 +156,7 @@ def test_devices_are_decided_where_the_step_runs(monkeypatch, tiny_task, tmp_pat
         raise AssertionError("a model or tokenizer was loaded before the devices were checked")
 
     monkeypatch.setattr(loading.ModelSpec, "load_tokenizer", no_loading)
-    monkeypatch.setattr(loading.ModelSpec, "load_model", no_loading)
+    monkeypatch.setattr(loading.ModelSpec, "load_config", no_loading)  # every load of weights reads the config first
     with pytest.raises(ConfigurationError, match="device_count=8, but only 0 CUDA devices are present"):
         finetune.result(LocalWorkspace(tmp_path / "ws"))
     with pytest.raises(ConfigurationError, match="device='cuda:1', but only 0 CUDA devices are present"):

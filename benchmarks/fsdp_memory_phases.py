@@ -2,19 +2,22 @@
 count of the bytes it has handed out (in use) and holds freed (arena free), sampled every 3 ms and
 labelled with the phase the worker is in; and the collectives each phase issued.
 
-    python benchmarks/fsdp_memory_phases.py [--layers 12 --width 768] [--no-shared-context]
+    python benchmarks/fsdp_memory_phases.py [--layers 12 --width 768] [--no-shared-context] [--compare-trim]
 
 Runs FinetuneStep as benchmarks/sharded_memory.py does (FSDP on 2 CPU workers, gloo, a checkpoint
 after every step), 2 steps, and prints rank 0's second step. Phases: the training forward pass,
 the backward pass of each transformer block (marked when the block's output gradient arrives;
 ``call 1`` is a block's first forward call of the step, the contexts' under shared-context
 training, ``call 2`` its second, the continuations'), the optimizer step, validation and the
-checkpoint. In use growing while arena free does not is live tensors, not the allocator.
+checkpoint. In use growing while arena free does not is live tensors, not the allocator. Then,
+per step, the worker's peak and the phase it was in, the step's seconds (forward to the end of the
+optimizer step) and the seconds the training loop's heap trim took (``release_freed_heap``).
+``--compare-trim`` runs the training twice, the trim turned off in the first run, on in the second.
 
 The workers import this module (Tango's ``import_extra_module``, which the launcher repeats in
 every worker); with ``FSDP_MEMORY_TRACE`` set, importing it installs the tracer: torch's global
 module and optimizer hooks, and wrappers around ``torch.distributed``'s collectives and
-checkpoint save.
+checkpoint save; with ``FSDP_MEMORY_NO_TRIM`` set too, the training loop's heap trim is skipped.
 """
 
 import argparse
@@ -31,6 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 GiB = 2**30
 TRACE = "FSDP_MEMORY_TRACE"
+NO_TRIM = "FSDP_MEMORY_NO_TRIM"
 
 RUN = """
 from tango.common.util import import_extra_module
@@ -59,7 +63,7 @@ class Tracer:
         self.libc = ctypes.CDLL(None)
         self.libc.mallinfo2.restype = _MallInfo2
         self.page = os.sysconf("SC_PAGE_SIZE")
-        self.step, self.calls = 0, {}
+        self.step, self.calls, self.trims = 0, {}, []
 
     def sample(self) -> None:
         info = self.libc.mallinfo2()
@@ -79,7 +83,7 @@ class Tracer:
     def write(self) -> None:
         if any(phase != "start" for _, phase, *_ in self.samples):  # a worker, not the step's process
             path = self.directory / f"rank{os.environ.get('RANK', 'x')}-{os.getpid()}.json"
-            path.write_text(json.dumps({"samples": self.samples, "collectives": self.collectives}))
+            path.write_text(json.dumps({"samples": self.samples, "collectives": self.collectives, "trims": self.trims}))
 
     def install(self) -> None:
         import atexit
@@ -126,8 +130,26 @@ class Tracer:
         for name in [n for n in dir(dist) if "reduce_scatter" in n or "all_gather" in n or n == "all_reduce"]:
             setattr(dist, name, self._recording(name, getattr(dist, name)))
         dcp.save = self._marking("checkpoint", dcp.save)
+        self._time_trim()
         threading.Thread(target=self.run_sampler, daemon=True).start()
         atexit.register(self.write)
+
+    def _time_trim(self) -> None:
+        """Times the training loop's heap trims (or turns them off, with ``FSDP_MEMORY_NO_TRIM``)."""
+        from catwalk_steps.distributed import heap
+        from catwalk_steps.training import loop
+
+        trim = heap._TRIM
+
+        def timed(pad):
+            start = time.perf_counter()
+            trim(pad)
+            self.trims.append((start, time.perf_counter() - start, self.phase))
+
+        if os.environ.get(NO_TRIM):
+            loop.release_freed_heap_while_training = lambda model, optimizer: None
+        elif trim is not None:
+            heap._TRIM = timed
 
     def _recording(self, name, collective):
         import torch
@@ -176,27 +198,67 @@ def report(path: Path, step: int) -> None:
         print(f"| {phase} | {resident / GiB:.3f} | {in_use / GiB:.3f} | {free / GiB:.3f} | {issued} |")
 
 
+def summarise(path: Path, label: str) -> None:
+    """Per step: the worker's peak resident set and its phase (from the previous step's optimizer
+    step to this one's), the training step's seconds (its forward pass to the end of its optimizer
+    step), and the seconds spent trimming the heap in them."""
+    trace = json.loads(path.read_text())
+    steps = {}
+    for when, phase, resident, *_ in trace["samples"]:
+        if phase == "start":
+            continue
+        number, name = phase.split(": ", 1)
+        step = steps.setdefault(int(number.split()[1]), {"peak": (0, ""), "start": None, "end": None})
+        step["peak"] = max(step["peak"], (resident, name))
+        if name == "forward" and step["start"] is None:
+            step["start"] = when
+        if name == "after the optimizer" and step["end"] is None:
+            step["end"] = when
+    print(f"\n| {label}: step | worker peak GiB | in phase | training s | heap trim s |")
+    print("| --- | ---: | --- | ---: | ---: |")
+    for number in sorted(steps):
+        if steps.get(number + 1, {}).get("end") is None or steps[number]["start"] is None:
+            continue  # the step's forward and the end of its optimizer step (labelled with the next step)
+        seconds = steps[number + 1]["end"] - steps[number]["start"]
+        trimmed = sum(took for start, took, _ in trace["trims"] if steps[number]["start"] <= start <= steps[number + 1]["end"])
+        (resident, phase) = steps[number]["peak"]
+        print(f"| {label}: {number + 1} | {resident / GiB:.3f} | {phase} | {seconds:.2f} | {trimmed:.3f} |")
+    peak = max(resident for _, _, resident, *_ in trace["samples"])
+    print(f"worker's peak over the run: {peak / GiB:.3f} GiB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--width", type=int, default=768)
     parser.add_argument("--no-shared-context", dest="shared_context", action="store_false")
+    parser.add_argument("--compare-trim", action="store_true",
+                        help="run twice: without the training loop's heap trim, then with it")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "benchmarks"))
     import sharded_memory
 
     sharded_memory.SHAPE.update(n_layer=args.layers, n_embd=args.width, n_head=args.width // 64)
+    runs = [("without trim", True), ("with trim", False)] if args.compare_trim else [("with trim", False)]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         parameters = sharded_memory.build_model(tmp / "model")
-        (tmp / "trace").mkdir()
-        script = RUN.format(repo=REPO, model=tmp / "model", workspace=tmp / "ws",
-                            shared_context=args.shared_context)
-        env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'benchmarks'}", "OMP_NUM_THREADS": "1", TRACE: str(tmp / "trace")}
-        subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, check=True)
+        traces = []
+        for number, (label, no_trim) in enumerate(runs):
+            (tmp / f"trace-{number}").mkdir()
+            script = RUN.format(repo=REPO, model=tmp / "model", workspace=tmp / f"ws-{number}",
+                                shared_context=args.shared_context)
+            env = {**{k: v for k, v in os.environ.items() if k != NO_TRIM}, "PYTHONPATH": f"{REPO}:{REPO / 'benchmarks'}",
+                   "OMP_NUM_THREADS": "1", TRACE: str(tmp / f"trace-{number}"), **({NO_TRIM: "1"} if no_trim else {})}
+            subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, check=True)
+            traces.append((label, min((tmp / f"trace-{number}").glob("rank0-*.json"))))
         print(f"\n{args.layers} x {args.width}, {parameters / 1e6:.0f}M parameters: float32 weights {parameters * 4 / GiB:.3f} "
               f"GiB, full state (weights + Adam) {parameters * 12 / GiB:.3f} GiB; shared_context={args.shared_context}")
-        report(min((tmp / "trace").glob("rank0-*.json")), step=1)
+        for label, trace in traces:
+            print(f"\n{label}:")
+            report(trace, step=1)
+        for label, trace in traces:
+            summarise(trace, label)
 
 
 if __name__ == "__main__":

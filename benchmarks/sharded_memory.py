@@ -95,7 +95,7 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="another checkout to measure in the same run")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--without-shared-context", action="store_true",
-                        help="also measure this checkout with shared_context=false (see docs/benchmarks.md)")
+                        help="also measure each checkout with shared_context=false (see docs/benchmarks.md)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         parameters = build_model(Path(tmp) / "model")
@@ -108,6 +108,7 @@ def main() -> None:
         runs = [("this", REPO, True)]
         runs += [("this, shared_context=false", REPO, False)] if args.without_shared_context else []
         runs += [("before", args.before, True)] if args.before else []
+        runs += [("before, shared_context=false", args.before, False)] if args.before and args.without_shared_context else []
         for number, (name, checkout, shared_context) in enumerate(runs):
             result = measure(checkout, Path(tmp) / "model", Path(tmp) / f"ws-{number}", args.steps, shared_context)
             workers = result["workers"]

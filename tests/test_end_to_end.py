@@ -1,4 +1,6 @@
-"""`tango run` on the offline demo, in a subprocess, exactly as a user runs it."""
+"""`tango run` on the offline demo, in a subprocess, exactly as a user runs it; the DDP config's
+steps are computed in this process under the keys `tango run` gives them (its 2-worker `tango run`
+is exercised by tests/test_reliability.py's signal tests)."""
 
 import json
 import os
@@ -11,11 +13,13 @@ from pathlib import Path
 from typing import List, Sequence
 
 import pytest
+from tango.common import Params
+from tango.step_graph import StepGraph
 from tango.workspaces import LocalWorkspace
 
 from catwalk_steps.list_steps import step_names
 
-from .conftest import REPO
+from .conftest import REPO, computed_in_this_process
 
 pytestmark = pytest.mark.e2e
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -154,18 +158,23 @@ def test_a_config_run_after_the_command_line_trains_nothing(tmp_path):
         '{ train: "data/tiny/train.jsonl", validation: "data/tiny/validation.jsonl" } } }, '
         '{ batch_size: 8, train_epochs: 1, train_limit: 16 }, predict={ limit: 16 }) }\n'
     )
-    output = tango_run(str(config), tmp_path / "ws", "config")
-    assert "Training" not in output and not {"finetune", "predict_finetuned_piqa"} & set(started_steps(output))
+    # `tango run` computes no step its workspace's cache holds: so it would train and score nothing.
+    graph = StepGraph.from_params(Params.from_file(config).as_dict(quiet=True)["steps"])
+    cache = LocalWorkspace(tmp_path / "ws").step_cache
+    assert all(graph[name] in cache for name in ("finetune", "predict_finetuned_piqa", "predict_zero_shot_piqa"))
 
 
 @pytest.mark.ddp
 @pytest.mark.full
-def test_two_process_run_gives_the_same_metrics_and_cache_key(first_run, tmp_path):
+def test_two_process_run_gives_the_same_metrics_and_cache_key(first_run, tmp_path, monkeypatch):
     workspace, _ = first_run
-    tango_run("configs/piqa_tiny_ddp.jsonnet", tmp_path / "ddp", "ddp")
+    monkeypatch.chdir(REPO)  # the config's paths are the repository's
+    kinds = ("zero_shot", "finetuned")
+    two = computed_in_this_process(REPO / "configs/piqa_tiny_ddp.jsonnet", *(f"metrics_{kind}" for kind in kinds),
+                                   workspace=tmp_path / "ddp")
+    two, one = dict(zip(kinds, two)), metrics(workspace, "first")
     (meta,) = (tmp_path / "ddp").glob("cache/FinetuneStep-*/model.json")
     assert json.loads(meta.read_text())["training_metrics"]["world_size"] == 2
-    two, one = metrics(tmp_path / "ddp", "ddp"), metrics(workspace, "first")
     for kind in one:
         # Accuracies (decisions) are equal; ece and brier move with the weights, which 1 and 2
         # workers round differently (within 3e-4, README): probabilities by as little again.

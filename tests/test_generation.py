@@ -40,12 +40,12 @@ def test_greedy_generation_is_transformers_generate_cut_at_the_first_stop_string
     prompts = [row["prompt"] for row in ROWS[:6]] + [""]
     requests = [GenerationRequest(encode_prompt(tokenizer, p), ("t",) if n % 2 else (), 12) for n, p in enumerate(prompts)]
     ours = generate_greedy(lm, tokenizer, requests, pad_token_id=tokenizer.pad_token_id, max_length=64, max_batch_size=4)
-    for request, generation in zip(requests, ours):
+    for request, generated in zip(requests, ours):
         ids = torch.tensor([request.prompt])
         out = lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False, pad_token_id=0)
         expected = cut_at_stop(tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True), request.until)[0]
-        assert generation["text"] == expected
-        assert generation["margin"] > 0
+        assert generated["text"] == expected
+        assert generated["margin"] > 0
 
 
 def test_encoder_decoders_generate_as_transformers_does(tiny_t5):
@@ -54,10 +54,10 @@ def test_encoder_decoders_generate_as_transformers_does(tiny_t5):
     prompts = [row["prompt"] for row in ROWS[:5]]
     requests = [GenerationRequest(encode_prompt(tokenizer, p), (), 6) for p in prompts]
     ours = generate_greedy(lm, tokenizer, requests, pad_token_id=0, max_length=64, max_batch_size=3)
-    for request, generation in zip(requests, ours):
+    for request, generated in zip(requests, ours):
         ids = torch.tensor([list(request.prompt) + [tokenizer.eos_token_id]])
         out = lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False)
-        assert generation["text"] == tokenizer.decode(out[0], skip_special_tokens=True)
+        assert generated["text"] == tokenizer.decode(out[0], skip_special_tokens=True)
 
 
 def test_records_hold_the_generation_its_references_scores_and_truncation(batch_of_32):

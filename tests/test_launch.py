@@ -16,11 +16,11 @@ from tango.common.lazy import Lazy
 from tango.integrations.torch import TrainCallback
 from tango.workspaces import LocalWorkspace
 
-from catwalk_steps import FinetuneStep, PiqaTask, PredictStep
+from catwalk_steps import FinetuneStep, PiqaTask, PredictStep, join
 from catwalk_steps.distributed import launch as distributed_launch
 from catwalk_steps.models import loading
 
-from .conftest import REPO, TINY, TINY_MODEL
+from .conftest import REPO, TINY, TINY_MODEL, computed_in_this_process
 
 TANGO = str(Path(sys.executable).with_name("tango"))
 PIQA = {"type": "piqa", "data_files": {"train": str(TINY / "train.jsonl"), "validation": str(TINY / "validation.jsonl")}}
@@ -48,11 +48,10 @@ def run_config(tmp_path: Path, name: str, **settings) -> Path:
 
 @pytest.fixture(scope="module")
 def one_node(tmp_path_factory) -> Path:
-    """The workspace of one node with two workers training the model, as `tango run` does."""
+    """The workspace of one node with two workers training the model, under `tango run`'s key."""
     directory = tmp_path_factory.mktemp("one-node")
     config = run_config(directory, "one", nodes=1, device_count=2, device="cpu")
-    subprocess.run([TANGO, "run", str(config), "-w", str(directory / "ws1")], cwd=REPO, env=ENV, check=True,
-                   capture_output=True)
+    computed_in_this_process(config, "finetune", workspace=directory / "ws1")
     return directory / "ws1"
 
 
@@ -60,21 +59,26 @@ def one_node(tmp_path_factory) -> Path:
 @pytest.mark.ddp
 @pytest.mark.full
 @pytest.mark.parametrize("launcher", ["join first", "slurm node script, node 0 first"])
-def test_two_nodes_train_the_model_of_one_node_with_two_workers(tmp_path, launcher, one_node):
+def test_two_nodes_train_the_model_of_one_node_with_two_workers(tmp_path, launcher, one_node, capsys):
     two_nodes = run_config(tmp_path, "nodes", nodes=2, device_count=1, device="cpu")
+
+    def start(command, env=ENV):
+        return subprocess.Popen(command, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
     if launcher == "join first":  # any node may start first
-        node0 = [TANGO, "run", str(two_nodes), "-w", str(tmp_path / "ws2")]
-        node1 = [sys.executable, "-m", "catwalk_steps.join", str(two_nodes), "finetune", "-w", str(tmp_path / "ws2")]
-        commands, envs = [node1, node0], [ENV, ENV]
+        node0 = start([TANGO, "run", str(two_nodes), "-w", str(tmp_path / "ws2")])
+        # Node 1 joins from this process (its main() is `python -m catwalk_steps.join`'s exit
+        # status), long before node 0's `tango run` has started up and published its endpoint.
+        assert join.main([str(two_nodes), "finetune", "-w", str(tmp_path / "ws2")]) == 0
+        assert "finetune succeeded" in capsys.readouterr().out
+        processes = [node0]
     else:  # as srun starts examples/finetune_node.sh on each node
         script = ["examples/finetune_node.sh", str(two_nodes), "finetune", str(tmp_path / "ws2")]
-        commands, envs = [script, script], [{**ENV, "SLURM_NODEID": str(node)} for node in (0, 1)]
-    processes = [subprocess.Popen(command, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT) for command, env in zip(commands, envs)]
+        processes = [start(script, {**ENV, "SLURM_NODEID": str(node)}) for node in (0, 1)]
     outputs = [p.communicate(timeout=600)[0] for p in processes]
     for process, output in zip(processes, outputs):
         assert process.returncode == 0, output[-3000:]
-    assert "finetune succeeded" in outputs[0 if launcher == "join first" else 1]
+    assert launcher == "join first" or "finetune succeeded" in outputs[1]
     a, b = weights_of(tmp_path / "ws2"), weights_of(one_node)
     assert [p.name for p in (tmp_path / "ws2" / "cache").glob("FinetuneStep-*")] == [
         p.name for p in (one_node / "cache").glob("FinetuneStep-*")
@@ -98,14 +102,12 @@ def test_slurm_submission_asks_for_the_steps_nodes(tmp_path):
     assert "--nodes=3 --ntasks-per-node=1" in args and "examples/finetune_node.sh" in args
 
 
-def test_joining_without_node_0_fails_naming_the_timeout(tmp_path):
+def test_joining_without_node_0_fails_naming_the_timeout(tmp_path, capsys):
     config = run_config(tmp_path, "nodes", nodes=2, device_count=1, device="cpu")
-    joined = subprocess.run(
-        [sys.executable, "-m", "catwalk_steps.join", str(config), "finetune", "-w", str(tmp_path / "ws"),
-         "--timeout", "2"], cwd=REPO, env=ENV, capture_output=True, text=True,
-    )
-    assert joined.returncode == 1
-    assert "No node 0 published a rendezvous endpoint" in joined.stderr and "within 2 s" in joined.stderr
+    # `python -m catwalk_steps.join ...` exits with what its main() returns
+    assert join.main([str(config), "finetune", "-w", str(tmp_path / "ws"), "--timeout", "2"]) == 1
+    stderr = capsys.readouterr().err
+    assert "No node 0 published a rendezvous endpoint" in stderr and "within 2 s" in stderr
 
 
 class KillOnce(TrainCallback):
@@ -121,19 +123,21 @@ class KillOnce(TrainCallback):
 @pytest.mark.ddp
 @pytest.mark.fault
 @pytest.mark.full
-def test_a_killed_worker_is_restarted_and_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
-    # Spawned, as `tango run` starts them: the agent names the crashed worker by which of the
-    # workers' exits it sees first, and a fork server under load can report both exits at once.
-    monkeypatch.setattr(distributed_launch, "START_METHOD", "spawn")
+def test_a_killed_worker_is_restarted_and_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch, one_node):
     task = PiqaTask(data_files=PIQA["data_files"])
     common = dict(TRAINING, tasks=[task], device="cpu", device_count=2, step_name="finetune")
     restarted = FinetuneStep(max_restarts=1, callbacks=[Lazy(KillOnce)], **common)
     result = restarted.result(LocalWorkspace(tmp_path / "restarted"))
     assert (LocalWorkspace(tmp_path / "restarted").work_dir(restarted) / "killed-once").exists()
-    plain = FinetuneStep(**common).result(LocalWorkspace(tmp_path / "plain"))
+    assert FinetuneStep(**common).unique_id == restarted.unique_id  # callbacks and restarts: not in the key
+    # Uninterrupted: what one node's two workers trained (a cache hit).
+    (plain,) = computed_in_this_process(one_node.parent / "one.json", "finetune", workspace=one_node)
     assert result.training_metrics == plain.training_metrics
     for name, tensor in plain.state_dict.items():  # resumed on the same device count: bit for bit
         assert torch.equal(result.state_dict[name], tensor), name
+    # Spawned, as `tango run` starts them: the agent names the crashed worker by which of the
+    # workers' exits it sees first, and a fork server under load can report both exits at once.
+    monkeypatch.setattr(distributed_launch, "START_METHOD", "spawn")
     with pytest.raises(RuntimeError, match="worker 1 of 2 was killed by SIGKILL"):
         FinetuneStep(callbacks=[Lazy(KillOnce)], **common).result(LocalWorkspace(tmp_path / "no-restarts"))
 

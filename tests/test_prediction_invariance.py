@@ -122,6 +122,7 @@ def test_a_killed_worker_fails_the_step_and_a_rerun_resumes_every_shard(
 ):
     # Spawned, as `tango run` starts them: the agent names the crashed worker by which of the
     # workers' exits it sees first, and a fork server under load can report both exits at once.
+    forked = distributed_launch.START_METHOD
     monkeypatch.setattr(distributed_launch, "START_METHOD", "spawn")
     _, one = one_worker
     workspace = LocalWorkspace(tmp_path)
@@ -138,6 +139,7 @@ def test_a_killed_worker_fails_the_step_and_a_rerun_resumes_every_shard(
         step().result(workspace)
     killer.join()
     assert killed and step() not in workspace.step_cache
+    monkeypatch.setattr(distributed_launch, "START_METHOD", forked)  # the rerun's workers may fork
 
     def entries():
         return {p.name: len(p.read_text().splitlines()) - 1 for p in work.glob("scores-*.jsonl")}

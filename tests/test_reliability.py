@@ -25,7 +25,7 @@ from catwalk_steps.storage.atomic import AtomicJsonFormat
 from catwalk_steps.tango_fixes.damaged_entries import CorruptCacheError
 from catwalk_steps.tasks import DataError
 
-from .conftest import REPO, TINY, TINY_MODEL
+from .conftest import REPO, TINY, TINY_MODEL, computed_in_this_process
 
 pytestmark = pytest.mark.fault
 TANGO = str(Path(sys.executable).with_name("tango"))
@@ -68,7 +68,7 @@ def trained_steps(workspace: Path) -> int:
 
 
 @pytest.mark.full
-def test_training_killed_mid_run_resumes_from_its_last_checkpoint(tmp_path):
+def test_training_killed_mid_run_resumes_from_its_last_checkpoint(tmp_path, caplog):
     config = write_config(tmp_path / "train.json", {"finetune": FINETUNE})
     workspace = tmp_path / "ws"
     run = start_run(config, workspace)
@@ -79,9 +79,9 @@ def test_training_killed_mid_run_resumes_from_its_last_checkpoint(tmp_path):
     assert 24 <= resume_at < 96
     assert not list(workspace.glob("cache/*/cache-metadata.json"))  # nothing half-cached
 
-    output = finish(start_run(config, workspace))  # the killed run's lock does not block
-    assert f"Training (resumed from step {resume_at})" in output
-    resumed = LocalWorkspace(workspace).step_result("finetune")
+    with caplog.at_level(logging.INFO):  # the killed run's lock does not block
+        (resumed,) = computed_in_this_process(config, "finetune", workspace=workspace)
+    assert f"Resuming from the checkpoint of step {resume_at} " in caplog.text
 
     # Resuming gives exactly the weights of a run that was never interrupted.
     settings = {k: v for k, v in FINETUNE.items() if k != "type"}
@@ -124,8 +124,8 @@ TWO_WORKERS = {**FINETUNE, "train_epochs": 6, "device_count": 2, "device": "cpu"
 def never_stopped(tmp_path_factory):
     """The two-worker run's result when nothing stops it."""
     directory = tmp_path_factory.mktemp("never-stopped")
-    finish(start_run(write_config(directory / "train.json", {"finetune": TWO_WORKERS}), directory / "ws"))
-    return LocalWorkspace(directory / "ws").step_result("finetune")
+    config = write_config(directory / "train.json", {"finetune": TWO_WORKERS})
+    return computed_in_this_process(config, "finetune", workspace=directory / "ws")[0]
 
 
 @pytest.mark.ddp
@@ -133,7 +133,7 @@ def never_stopped(tmp_path_factory):
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the workers through /proc")
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_two_worker_training_stopped_by_a_signal_leaves_no_process_and_resumes_to_the_same_weights(
-    tmp_path, stop, never_stopped
+    tmp_path, stop, never_stopped, caplog
 ):
     config = write_config(tmp_path / "train.json", {"finetune": TWO_WORKERS})
     workspace = tmp_path / "ws"
@@ -147,8 +147,9 @@ def test_two_worker_training_stopped_by_a_signal_leaves_no_process_and_resumes_t
     assert not list(workspace.glob("cache/*/cache-metadata.json"))
     resume_at = trained_steps(workspace)
 
-    assert f"Training (resumed from step {resume_at})" in finish(start_run(config, workspace))
-    resumed = LocalWorkspace(workspace).step_result("finetune")
+    with caplog.at_level(logging.INFO):
+        (resumed,) = computed_in_this_process(config, "finetune", workspace=workspace)
+    assert f"Training (resumed from step {resume_at})" in caplog.text  # rank 0's progress bar
     assert resumed.fingerprint == never_stopped.fingerprint  # bit-equal: same device count, CPU
 
 
@@ -186,7 +187,7 @@ def test_prediction_interrupted_resumes_from_the_instances_already_scored(tiny_t
 
 
 @pytest.mark.full
-def test_prediction_killed_resumes_in_a_new_run(tmp_path):
+def test_prediction_killed_resumes_in_a_new_run(tmp_path, caplog):
     steps = {"predict": {"type": "catwalk::predict", "model": TINY_MODEL, "task": PIQA, "max_batch_size": 1}}
     config, workspace = write_config(tmp_path / "predict.json", steps), tmp_path / "ws"
     run = start_run(config, workspace)
@@ -200,10 +201,11 @@ def test_prediction_killed_resumes_in_a_new_run(tmp_path):
     run.wait()
     done = scored()
     assert not list(workspace.glob("cache/*/cache-metadata.json"))
-    output = finish(start_run(config, workspace))
-    first_progress = output.split("Log-likelihood queries:")[1]
+    with caplog.at_level(logging.INFO):
+        (predictions,) = computed_in_this_process(config, "predict", workspace=workspace)
+    first_progress = caplog.text.split("Log-likelihood queries:")[1]  # the bar's first line
     assert f" {done}/256 " in first_progress.split("[")[0] or f"| {done}/256" in first_progress  # 128 x 2 choices
-    assert len(LocalWorkspace(workspace).step_result("predict")) == 128
+    assert len(predictions) == 128
 
 
 def test_killed_while_writing_a_result_leaves_no_cache_entry(tmp_path):
@@ -399,8 +401,7 @@ def test_damaged_entry_heals_in_a_tango_run(tmp_path):
         "metrics": {"type": "catwalk::calculate_metrics", "predictions": {"type": "ref", "ref": "predict"}},
     }
     config, workspace = write_config(tmp_path / "chain.json", steps), tmp_path / "ws"
-    finish(start_run(config, workspace))
-    before = LocalWorkspace(workspace).step_result("metrics")
+    (before,) = computed_in_this_process(config, "metrics", workspace=workspace)
     (weights,) = workspace.glob("cache/FinetuneStep-*/model.safetensors")
     flip_a_byte(weights)
     (metrics_file,) = workspace.glob("cache/CalculateMetricsStep-*/data.json")

@@ -15,7 +15,6 @@ import sys
 import time
 from typing import List, Optional
 
-from tango.common import Params
 from tango.common.util import import_extra_module
 from tango.step_graph import StepGraph
 from tango.step_info import StepState
@@ -35,7 +34,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         import_extra_module(package)
     from catwalk_steps import FinetuneStep
 
-    graph = StepGraph.from_params(Params.from_file(args.config).as_dict(quiet=True)["steps"])
+    graph = StepGraph.from_file(args.config)
     if args.step not in graph:
         parser.error(f"{args.config} has no step {args.step!r} (it has: {', '.join(graph)})")
     step = graph[args.step]

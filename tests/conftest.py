@@ -51,11 +51,10 @@ def computed_in_this_process(config: Path, *steps: str, workspace: Path) -> list
     """The results of ``steps`` of ``config`` (and of the steps they need), computed here as
     ``tango run config -w workspace`` computes them, under the same cache keys, but without its
     seconds of start-up: a worker forks from the preloaded server instead of importing anew."""
-    from tango.common import Params
     from tango.step_graph import StepGraph
 
-    graph = StepGraph.from_params(Params.from_file(config).as_dict(quiet=True)["steps"])
-    return [graph[step].result(LocalWorkspace(workspace)) for step in steps]
+    graph, cached_in = StepGraph.from_file(config), LocalWorkspace(workspace)
+    return [graph[step].result(cached_in) for step in steps]
 
 
 def write_jsonl(path: Path, rows) -> Path:

@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-from tango.common import Params
 from tango.format import Format
 from tango.step_caches import LocalStepCache
 from tango.step_graph import StepGraph
@@ -25,7 +24,7 @@ RECORDED = json.loads((Path(__file__).parent / "data" / "cache_keys.json").read_
 @pytest.mark.parametrize("config", sorted(RECORDED))
 def test_every_step_keeps_its_cache_key(config, monkeypatch):
     monkeypatch.chdir(REPO)
-    graph = StepGraph.from_params(Params.from_file(config).as_dict(quiet=True)["steps"])
+    graph = StepGraph.from_file(config)
     assert {name: step.unique_id for name, step in graph.items()} == RECORDED[config]
 
 

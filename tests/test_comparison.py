@@ -6,7 +6,6 @@ import json
 import numpy as np
 import pytest
 from scipy import stats
-from tango.common import Params
 from tango.common.exceptions import ConfigurationError
 from tango.step_graph import StepGraph
 
@@ -248,7 +247,7 @@ def test_command_line_builds_the_configs_steps(monkeypatch, capsys):
         "--learning_rate 1e-3 --unconditioned".split()
     )
     command = StepGraph.from_params(json.loads(evaluate_jsonnet(train.build(args)))["steps"])
-    demo = StepGraph.from_params(Params.from_file("configs/piqa_tiny.jsonnet").as_dict(quiet=True)["steps"])
+    demo = StepGraph.from_file("configs/piqa_tiny.jsonnet")
     for name in ("finetune", "predict_zero_shot", "predict_finetuned", "metrics_zero_shot", "metrics_finetuned"):
         command_name = name if name == "finetune" else name + "_piqa"
         assert command[command_name].unique_id == demo[name].unique_id

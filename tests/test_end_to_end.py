@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import List, Sequence
 
 import pytest
-from tango.common import Params
 from tango.step_graph import StepGraph
 from tango.workspaces import LocalWorkspace
 
@@ -159,7 +158,7 @@ def test_a_config_run_after_the_command_line_trains_nothing(tmp_path):
         '{ batch_size: 8, train_epochs: 1, train_limit: 16 }, predict={ limit: 16 }) }\n'
     )
     # `tango run` computes no step its workspace's cache holds: so it would train and score nothing.
-    graph = StepGraph.from_params(Params.from_file(config).as_dict(quiet=True)["steps"])
+    graph = StepGraph.from_file(config)
     cache = LocalWorkspace(tmp_path / "ws").step_cache
     assert all(graph[name] in cache for name in ("finetune", "predict_finetuned_piqa", "predict_zero_shot_piqa"))
 

@@ -45,16 +45,17 @@ def requests(count: int, max_gen_toks: int, seed: int = 0):
 
 
 def ours(directory: Path, prompts, stops, max_gen_toks: int):
-    from catwalk_steps.models.generation import GenerationRequest, encode_prompt, generate_greedy
+    from catwalk_steps.models.conventions import TokenConventions
+    from catwalk_steps.models.generation import GenerationRequest, generate_greedy
     from catwalk_steps.models.loading import ModelSpec
     from catwalk_steps.models.weights import load_pretrained
 
     spec = ModelSpec.parse(f"rc::{directory}")
     tokenizer, lm = spec.load_tokenizer(), load_pretrained(spec).eval()
-    batch = [GenerationRequest(encode_prompt(tokenizer, p), tuple(s), max_gen_toks) for p, s in zip(prompts, stops)]
+    batch = [GenerationRequest(TokenConventions(tokenizer).prompt(p), tuple(s), max_gen_toks) for p, s in zip(prompts, stops)]
 
     def run():
-        out = generate_greedy(lm, tokenizer, batch, pad_token_id=tokenizer.pad_token_id, max_length=512,
+        out = generate_greedy(lm, TokenConventions(tokenizer), batch, pad_token_id=tokenizer.pad_token_id, max_length=512,
                               max_batch_size=32)
         return [g["text"] for g in out]
 

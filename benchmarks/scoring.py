@@ -95,9 +95,10 @@ def datasets(count: int):
 
 
 def ours(lm, tokenizer, pairs):
-    from catwalk_steps.models.scoring import encode_pair, score_queries
+    from catwalk_steps.models.conventions import TokenConventions
+from catwalk_steps.models.scoring import score_queries
 
-    queries = [encode_pair(tokenizer, c, x) for c, x in pairs]
+    queries = [TokenConventions(tokenizer).pair(c, x) for c, x in pairs]
     return score_queries(
         lm, queries, pad_token_id=tokenizer.pad_token_id, max_length=512, max_batch_size=64, max_batch_tokens=16384
     )
@@ -105,11 +106,11 @@ def ours(lm, tokenizer, pairs):
 
 @torch.inference_mode()
 def naive(lm, tokenizer, pairs):
-    from catwalk_steps.models.scoring import encode_pair
+    from catwalk_steps.models.conventions import TokenConventions
 
     out = []
     for context, continuation in pairs:
-        query = encode_pair(tokenizer, context, continuation)
+        query = TokenConventions(tokenizer).pair(context, continuation)
         ids = torch.tensor([query.context + query.continuation])
         logprobs = lm(ids).logits[0, :-1].log_softmax(-1)
         n = len(query.continuation)
@@ -171,13 +172,13 @@ def useful_flops(lm, tokenizer, instances) -> float:
     """The work scoring cannot skip: each distinct context of an instance once through the
     transformer blocks (and its last position through the output layer), each continuation token
     through both: 2 x parameters x tokens."""
-    from catwalk_steps.models.scoring import encode_pair
+    from catwalk_steps.models.conventions import TokenConventions
 
     head = lm.lm_head.weight.numel()
     body = sum(p.numel() for n, p in lm.named_parameters() if "wte" not in n and "wpe" not in n)
     total = 0.0
     for context, continuations in instances:
-        queries = [encode_pair(tokenizer, context, x) for x in continuations]
+        queries = [TokenConventions(tokenizer).pair(context, x) for x in continuations]
         for unique in {q.context for q in queries}:
             total += 2 * body * len(unique) + 2 * head
         total += sum(2 * (body + head) * len(q.continuation) for q in queries)

@@ -8,7 +8,8 @@ from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import PredictStep
 from catwalk_steps.models import generation
-from catwalk_steps.models.generation import GenerationRequest, cut_at_stop, encode_prompt, generate_greedy
+from catwalk_steps.models.conventions import TokenConventions
+from catwalk_steps.models.generation import GenerationRequest, cut_at_stop, generate_greedy
 from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.models.weights import load_pretrained
 from catwalk_steps.tasks import GenerationTask
@@ -38,8 +39,9 @@ def test_greedy_generation_is_transformers_generate_cut_at_the_first_stop_string
     spec = ModelSpec.parse(TINY_MODEL)
     tokenizer, lm = spec.load_tokenizer(), load_pretrained(spec).eval()
     prompts = [row["prompt"] for row in ROWS[:6]] + [""]
-    requests = [GenerationRequest(encode_prompt(tokenizer, p), ("t",) if n % 2 else (), 12) for n, p in enumerate(prompts)]
-    ours = generate_greedy(lm, tokenizer, requests, pad_token_id=tokenizer.pad_token_id, max_length=64, max_batch_size=4)
+    conventions = TokenConventions(tokenizer)
+    requests = [GenerationRequest(conventions.prompt(p), ("t",) if n % 2 else (), 12) for n, p in enumerate(prompts)]
+    ours = generate_greedy(lm, conventions, requests, pad_token_id=tokenizer.pad_token_id, max_length=64, max_batch_size=4)
     for request, generated in zip(requests, ours):
         ids = torch.tensor([request.prompt])
         out = lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False, pad_token_id=0)
@@ -52,8 +54,8 @@ def test_encoder_decoders_generate_as_transformers_does(tiny_t5):
     spec = ModelSpec.parse(tiny_t5)
     tokenizer, lm = spec.load_tokenizer(), load_pretrained(spec).eval()
     prompts = [row["prompt"] for row in ROWS[:5]]
-    requests = [GenerationRequest(encode_prompt(tokenizer, p), (), 6) for p in prompts]
-    ours = generate_greedy(lm, tokenizer, requests, pad_token_id=0, max_length=64, max_batch_size=3)
+    requests = [GenerationRequest(TokenConventions(tokenizer).prompt(p), (), 6) for p in prompts]
+    ours = generate_greedy(lm, TokenConventions(tokenizer), requests, pad_token_id=0, max_length=64, max_batch_size=3)
     for request, generated in zip(requests, ours):
         ids = torch.tensor([list(request.prompt) + [tokenizer.eos_token_id]])
         out = lm.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False)

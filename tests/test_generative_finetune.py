@@ -77,14 +77,17 @@ def test_an_encoder_decoder_learns_the_answer_and_eos_once(tiny_t5):
     """T5's scoring appends EOS to every target itself: the answer gets no second one, and the
     loss and its token count are HF's own over answer + EOS."""
     from catwalk_steps.models.answer_loss import AnswerCollator, AnswerLossModel, encode_answer
+    from catwalk_steps.models.conventions import TokenConventions
     from catwalk_steps.models.loading import ModelSpec
 
     spec = ModelSpec.parse(tiny_t5)
-    tokenizer, model = spec.load_tokenizer(), AnswerLossModel(spec)
+    conventions, model = spec.conventions(), AnswerLossModel(spec)
+    tokenizer = conventions.tokenizer
+    assert conventions.encoder_decoder
     prompt, answer = "Question: What do you use to cut the box?\nAnswer:", " a sharp knife"
-    query = encode_answer(tokenizer, prompt, answer, encoder_decoder=True)
+    query = encode_answer(conventions, prompt, answer)
     eos = tokenizer.eos_token_id
-    assert encode_answer(tokenizer, prompt, answer, encoder_decoder=False).continuation == query.continuation + (eos,)
+    assert encode_answer(TokenConventions(tokenizer), prompt, answer).continuation == query.continuation + (eos,)
     output = model.eval()(**AnswerCollator(tokenizer.pad_token_id, 512)([{"prompt": query.context,
                                                                           "answer": query.continuation}]))
     labels = torch.tensor([list(query.continuation) + [eos]])

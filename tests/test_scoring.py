@@ -5,7 +5,8 @@ import torch
 
 from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.models.weights import load_pretrained
-from catwalk_steps.models.scoring import Query, budget_batches, encode_pair, score_queries
+from catwalk_steps.models.conventions import TokenConventions
+from catwalk_steps.models.scoring import Query, budget_batches, score_queries
 
 from .conftest import TINY_MODEL
 
@@ -38,7 +39,7 @@ def direct_loglik(lm, tokenizer, context: str, continuation: str) -> float:
 
 def test_logliks_equal_a_direct_computation(tiny):
     tokenizer, lm = tiny
-    queries = [encode_pair(tokenizer, c, x) for c, x in PAIRS]
+    queries = [TokenConventions(tokenizer).pair(c, x) for c, x in PAIRS]
     ours = score_queries(lm, queries, pad_token_id=tokenizer.pad_token_id, max_length=64, max_batch_size=3, max_batch_tokens=10**6)
     expected = [direct_loglik(lm, tokenizer, c, x) for c, x in PAIRS]
     assert ours == pytest.approx(expected, abs=1e-5)
@@ -46,7 +47,7 @@ def test_logliks_equal_a_direct_computation(tiny):
 
 def test_batching_does_not_change_logliks(tiny):
     tokenizer, lm = tiny
-    queries = [encode_pair(tokenizer, c, x) for c, x in PAIRS]
+    queries = [TokenConventions(tokenizer).pair(c, x) for c, x in PAIRS]
     kwargs = dict(pad_token_id=tokenizer.pad_token_id, max_length=64)
     one_by_one = score_queries(lm, queries, max_batch_size=1, max_batch_tokens=10**6, **kwargs)
     by_budget = score_queries(lm, queries, max_batch_size=100, max_batch_tokens=40, **kwargs)
@@ -55,14 +56,14 @@ def test_batching_does_not_change_logliks(tiny):
 
 def test_trailing_context_whitespace_moves_to_the_continuation(tiny):
     tokenizer, _ = tiny
-    assert encode_pair(tokenizer, "Answer: ", "yes") == encode_pair(tokenizer, "Answer:", " yes")
-    assert encode_pair(tokenizer, "", "yes").context == (tokenizer.eos_token_id,)
+    assert TokenConventions(tokenizer).pair("Answer: ", "yes") == TokenConventions(tokenizer).pair("Answer:", " yes")
+    assert TokenConventions(tokenizer).pair("", "yes").context == (tokenizer.eos_token_id,)
 
 
 def test_long_inputs_are_cut_from_the_left(tiny):
     tokenizer, lm = tiny
     long_context = " ".join(["the box"] * 100)
-    query = encode_pair(tokenizer, long_context, " Use a broom.")
+    query = TokenConventions(tokenizer).pair(long_context, " Use a broom.")
     assert len(query.context) + len(query.continuation) > 64
     kwargs = dict(pad_token_id=tokenizer.pad_token_id, max_length=64, max_batch_size=8, max_batch_tokens=4096)
     truncated = Query(query.context[-(64 + 1 - len(query.continuation)):], query.continuation)
@@ -96,8 +97,8 @@ def test_shared_context_scoring_equals_the_plain_method(tiny):
     for _ in range(12):
         context = "Question: " + " ".join(rng.choices(words, k=rng.randint(1, 12))) + "\nAnswer:"
         choices = [" " + " ".join(rng.choices(words, k=rng.randint(1, 9))) for _ in range(rng.choice([2, 4]))]
-        groups.append([encode_pair(tokenizer, context, c) for c in choices])
-    groups.append([encode_pair(tokenizer, "Q", " a"), encode_pair(tokenizer, "Q", " b")])  # one-token choices
+        groups.append([TokenConventions(tokenizer).pair(context, c) for c in choices])
+    groups.append([TokenConventions(tokenizer).pair("Q", x) for x in (" a", " b")])  # one-token choices
     with torch.no_grad():
         tensors = collate_shared(
             [g[0].context for g in groups], [[q.continuation for q in g] for g in groups], tokenizer.pad_token_id
@@ -109,7 +110,7 @@ def test_shared_context_scoring_equals_the_plain_method(tiny):
 
     # Through score_queries, with one instance too long to share (it is truncated instead).
     long_context = " ".join(["the box"] * 40)
-    too_long = [encode_pair(tokenizer, long_context, c) for c in (" Use a broom.", " Use the key.")]
+    too_long = [TokenConventions(tokenizer).pair(long_context, c) for c in (" Use a broom.", " Use the key.")]
     kwargs = dict(pad_token_id=tokenizer.pad_token_id, max_length=64, max_batch_size=8, max_batch_tokens=4096)
     mixed = score_queries(lm, flat + too_long, **kwargs)
     one_by_one = [score_queries(lm, [q], **kwargs)[0] for q in flat + too_long]
@@ -137,7 +138,7 @@ def test_shared_context_passes_the_cache_under_the_name_forward_takes(tiny):
     tokenizer, lm = tiny
     renamed = CacheNamedCache(lm)
     assert cache_keyword(lm) in ("cache", "past_key_values") and cache_keyword(renamed) == "cache"
-    queries = [encode_pair(tokenizer, c, x) for c, x in PAIRS]
+    queries = [TokenConventions(tokenizer).pair(c, x) for c, x in PAIRS]
     kwargs = dict(pad_token_id=tokenizer.pad_token_id, max_length=64, max_batch_size=8, max_batch_tokens=4096)
     assert score_queries(renamed, queries, **kwargs) == score_queries(lm, queries, **kwargs)
     assert renamed.caches and all(c is not None for c in renamed.caches[:2])  # the shared-context path ran
@@ -210,7 +211,7 @@ def test_few_shot_predictions_share_the_context_or_cut_it_from_the_left(tiny, tm
     task = PiqaTask(data_files={"train": str(TINY / "train.jsonl"), "validation": str(TINY / "validation.jsonl")},
                     num_shots=num_shots)
     records = PredictStep(model=TINY_MODEL, task=task, limit=4, step_name="p").result(LocalWorkspace(tmp_path))
-    queries = [encode_pair(tokenizer, c, x) for i in task.instances("validation", limit=4) for c, x in i.pairs()]
+    queries = [TokenConventions(tokenizer).pair(c, x) for i in task.instances("validation", limit=4) for c, x in i.pairs()]
     fits = [len(q.context) + len(q.continuation) <= 65 for q in queries]
     assert all(fits) if num_shots == 1 else not any(fits)
     alone = [score_queries(lm, [q], pad_token_id=tokenizer.pad_token_id, max_length=64, max_batch_size=1,
@@ -231,7 +232,7 @@ def test_output_layer_runs_at_real_targets_only_with_the_plain_numbers(tiny, mon
     rng = random.Random(1)
     words = "use a sharp knife the fridge broom to cut wash and do it first".split()
     queries = [  # long-tailed continuations: most of a padded batch is padding
-        encode_pair(tokenizer, "Question: " + " ".join(rng.choices(words, k=4)) + "\nAnswer:",
+        TokenConventions(tokenizer).pair("Question: " + " ".join(rng.choices(words, k=4)) + "\nAnswer:",
                     " " + " ".join(rng.choices(words, k=rng.choice([1, 2, 3, 25]))))
         for _ in range(24)
     ]

@@ -8,7 +8,8 @@ from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
 from catwalk_steps import CalculateMetricsStep, FinetunedModel, FinetuneStep, PiqaTask, PredictStep
 from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.models.weights import load_pretrained
-from catwalk_steps.models.scoring import encode_pair, score_queries
+from catwalk_steps.models.conventions import TokenConventions
+from catwalk_steps.models.scoring import score_queries
 
 from .conftest import TINY
 
@@ -40,7 +41,7 @@ def test_the_decoder_scores_each_continuation_after_the_encoded_context(tiny_t5)
     spec = ModelSpec.parse(tiny_t5)
     tokenizer, lm = spec.load_tokenizer(), load_pretrained(spec).eval()
     assert isinstance(lm, T5ForConditionalGeneration)
-    queries = [encode_pair(tokenizer, c, x) for c, x in PAIRS]
+    queries = [TokenConventions(tokenizer, encoder_decoder=True).pair(c, x) for c, x in PAIRS]
     ours = score_queries(lm, queries, pad_token_id=tokenizer.pad_token_id, max_length=512, max_batch_size=3,
                          max_batch_tokens=10**6)
     eos = tokenizer.eos_token_id
@@ -52,7 +53,7 @@ def test_the_decoder_scores_each_continuation_after_the_encoded_context(tiny_t5)
             expected.append(-loss.item() * labels.shape[1])
     assert ours == pytest.approx(expected, abs=1e-4)
     # Contexts longer than the window are cut from the left, as for decoder-only models.
-    long = encode_pair(tokenizer, " ".join(["the box"] * 40), " Use a broom.")
+    long = TokenConventions(tokenizer, encoder_decoder=True).pair(" ".join(["the box"] * 40), " Use a broom.")
     kept = long.context[-(32 + 1 - len(long.continuation)):]
     kwargs = dict(pad_token_id=tokenizer.pad_token_id, max_length=32, max_batch_size=4, max_batch_tokens=4096)
     assert score_queries(lm, [long], **kwargs) == pytest.approx(

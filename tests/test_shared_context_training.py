@@ -9,7 +9,7 @@ import torch
 from catwalk_steps import FinetuneStep
 from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.models.rank_classification import RankClassificationCollator, RankClassificationModel
-from catwalk_steps.models.scoring import encode_pair
+from catwalk_steps.models.conventions import TokenConventions
 
 from .conftest import NO_DROPOUT, TINY_MODEL
 
@@ -28,7 +28,7 @@ def examples(tokenizer, shape: str, count: int = 6):
             pairs = [(f"The {c} was", " too small to use.") for c in choices]
         else:
             pairs = [(context, c) for c in choices]
-        queries = [encode_pair(tokenizer, c, x) for c, x in pairs]
+        queries = [TokenConventions(tokenizer).pair(c, x) for c, x in pairs]
         rows.append({"queries": [(list(q.context), list(q.continuation)) for q in queries], "label": n % len(pairs)})
     return rows
 

@@ -16,17 +16,21 @@ import torch
 from tango.integrations.torch import DataCollator
 
 from .rank_classification import RankClassificationModel
-from .scoring import Query, collate_queries, continuation_logliks, encode_pair
+from .scoring import Query, collate_queries, continuation_logliks
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from .conventions import TokenConventions
 
 
-def encode_answer(tokenizer: "PreTrainedTokenizerBase", prompt: str, answer: str, encoder_decoder: bool) -> Query:
-    """The prompt's tokens and the answer's, then EOS (as :func:`.scoring.encode_pair` splits
-    them). An encoder-decoder's scoring appends the EOS itself (:mod:`.seq2seq`)."""
-    query = encode_pair(tokenizer, prompt, answer)
-    return query if encoder_decoder else Query(query.context, query.continuation + (tokenizer.eos_token_id,))
+def encode_answer(conventions: "TokenConventions", prompt: str, answer: str) -> Query:
+    """The prompt's tokens and the answer's, then EOS (as
+    :meth:`.conventions.TokenConventions.pair` splits them, so a model is trained on the tokens
+    it is scored and prompted with). An encoder-decoder's scoring appends the EOS itself
+    (:mod:`.seq2seq`)."""
+    query = conventions.pair(prompt, answer)
+    if conventions.encoder_decoder:
+        return query
+    return Query(query.context, query.continuation + (conventions.tokenizer.eos_token_id,))
 
 
 def scored_tokens(answer: Sequence[int], encoder_decoder: bool) -> int:

@@ -2,7 +2,8 @@
 a stop string or the token budget.
 
 The conventions are lm-evaluation-harness's ``generate_until`` (HFLM), so that generations are
-comparable: the prompt is encoded without special tokens, cut from the left to fit
+comparable: the prompt is encoded as :mod:`.conventions` says (with the tokenizer's special
+tokens, as lm-eval 0.4.13 at its defaults), cut from the left to fit
 ``max_length - max_new_tokens``, the continuation is decoded without special tokens and cut at
 the first stop string. The work is arranged for speed: prompts sorted by length (longest
 first, so an out-of-memory shows at once) and batched left-padded, a key/value cache so that
@@ -25,6 +26,8 @@ from .padding import left_padded
 if TYPE_CHECKING:  # imported where models are loaded
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from .conventions import TokenConventions
+
 
 @dataclass(frozen=True)
 class GenerationRequest:
@@ -44,25 +47,10 @@ class GenerationRequest:
         return self.prompt[-room:]
 
 
-def encode_prompt(tokenizer: "PreTrainedTokenizerBase", prompt: str) -> Tuple[int, ...]:
-    """The prompt's token ids, without special tokens; an empty prompt is the EOS token."""
-    return tuple(tokenizer.encode(prompt, add_special_tokens=False)) or (tokenizer.eos_token_id,)
-
-
 def cut_at_stop(text: str, until: Iterable[str]) -> Tuple[str, bool]:
     """``text`` up to the first occurrence of any stop string, and whether one occurred."""
     cut = min((text.find(stop) for stop in until if stop in text), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
-
-
-def stop_token_ids(lm: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase") -> Set[int]:
-    """The tokens that end a generation: the model's generation config's EOS ids, where
-    ``transformers``' ``generate`` (and so lm-evaluation-harness) stops; the tokenizer's EOS for
-    a model without any."""
-    configured = getattr(getattr(lm, "generation_config", None), "eos_token_id", None)
-    if configured is None:
-        configured = tokenizer.eos_token_id
-    return set(configured) if isinstance(configured, list) else {configured} if configured is not None else set()
 
 
 class _Sequences:
@@ -188,7 +176,7 @@ def _seq2seq_batch(lm: "PreTrainedModel", sequences: _Sequences, prompts: Sequen
 @torch.inference_mode()
 def generate_greedy(
     lm: "PreTrainedModel",
-    tokenizer: "PreTrainedTokenizerBase",
+    conventions: "TokenConventions",
     requests: Sequence[GenerationRequest],
     *,
     pad_token_id: int,
@@ -208,7 +196,7 @@ def generate_greedy(
     results: Dict[int, Dict[str, object]] = dict(known or {})
     windows = {i: requests[i].window(max_length) for i in range(len(requests)) if i not in results}
     order = sorted(windows, key=lambda i: (-len(windows[i]), i))
-    stops = stop_token_ids(lm, tokenizer)
+    tokenizer, stops = conventions.tokenizer, conventions.stop_token_ids(lm)
     for start in range(0, len(order), max_batch_size):
         batch = order[start:start + max_batch_size]
         sequences = _Sequences(tokenizer, [requests[i] for i in batch], stops)

@@ -4,6 +4,7 @@ and config, and their names in cache keys. The weights are read by :mod:`.weight
 
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
@@ -15,6 +16,8 @@ from ..storage.hub import hub_failure
 
 if TYPE_CHECKING:  # transformers is imported where a model is loaded: a cached run never needs it
     from transformers import PreTrainedTokenizerBase
+
+    from .conventions import TokenConventions
 
 SPEC_PREFIX = "rc::"
 #: catwalk's spec of a plain language model, here the same model as ``rc::NAME``.
@@ -40,22 +43,33 @@ def directory_fingerprint(directory: Path) -> str:
 
 class ModelName(str, CustomDetHash):
     """A model or tokenizer name as a step argument, hashed into cache keys with the contents of
-    its files when it names a local directory (a hub name carries its ``@revision``, if any)."""
+    its files when it names a local directory (a hub name carries its ``@revision``, if any), and,
+    for a model whose tokenizer adds special tokens, with the token conventions
+    (:func:`.conventions.conventions_key`)."""
+
+    conventions: Optional[Dict[str, Any]] = None
 
     def det_hash_object(self) -> Any:
         name = str(self)[len(SPEC_PREFIX):] if self.startswith(SPEC_PREFIX) else str(self)
         directory = local_directory(name)
-        return str(self), directory_fingerprint(directory) if directory else None
+        identity = str(self), directory_fingerprint(directory) if directory else None
+        return identity + (self.conventions,) if self.conventions else identity
 
 
 def with_model_names(kwargs: Dict[str, Any]) -> Dict[str, Any]:
     """A step's settings with ``model`` and ``tokenizer`` names as :class:`ModelName`: its cache
-    key then holds a local model's (and tokenizer's) file contents, not only its path. An
-    ``lm::NAME`` model is written ``rc::NAME``, so both specs share cache entries."""
+    key then holds a local model's (and tokenizer's) file contents, not only its path, and the
+    model's token conventions where they add special tokens. An ``lm::NAME`` model is written
+    ``rc::NAME``, so both specs share cache entries."""
     for name in ("model", "tokenizer"):
         if isinstance(kwargs.get(name), str):
             value = kwargs[name]
             kwargs[name] = ModelName(SPEC_PREFIX + value[len(LM_PREFIX):] if value.startswith(LM_PREFIX) else value)
+    if kwargs.get("add_bos_token") not in (None, True, False):
+        raise ConfigurationError(f"add_bos_token must be true, false or unset (null), got {kwargs['add_bos_token']!r}")
+    if isinstance(kwargs.get("model"), ModelName):
+        spec = ModelSpec.parse(kwargs["model"], tokenizer=kwargs.get("tokenizer"))
+        kwargs["model"].conventions = spec.conventions_key(kwargs.get("add_bos_token"))
     return kwargs
 
 
@@ -72,6 +86,9 @@ class ModelSpec:
     tokenizer: Optional[str] = None
     config_overrides: Dict[str, Any] = field(default_factory=dict)
     revision: Optional[str] = None
+    #: Special tokens when encoding: the tokenizer's own (``None``), or forced on or off
+    #: (:mod:`.conventions`; lm-evaluation-harness's model argument of the same name).
+    add_bos_token: Optional[bool] = None
 
     @classmethod
     def parse(cls, spec: str, **kwargs: Any) -> "ModelSpec":
@@ -90,10 +107,11 @@ class ModelSpec:
         return cls(pretrained=name, revision=revision, **kwargs)
 
     def to_json(self) -> Dict[str, Any]:
-        return {
+        settings = {
             "pretrained": self.pretrained, "tokenizer": self.tokenizer, "config_overrides": self.config_overrides,
             "revision": self.revision,
         }
+        return settings if self.add_bos_token is None else {**settings, "add_bos_token": self.add_bos_token}
 
     def cannot_load(self, what: str, name: str, error: BaseException) -> ConfigurationError:
         """The error for a failed load: for a hub name whose fetch failed, why (no network, offline
@@ -110,13 +128,17 @@ class ModelSpec:
         directory = local_directory(name)
         return str(directory) if directory else name
 
-    def load_tokenizer(self) -> "PreTrainedTokenizerBase":
+    def load_tokenizer(self, local_files_only: bool = False) -> "PreTrainedTokenizerBase":
         from transformers import AutoTokenizer
 
         name = self.source(self.tokenizer or self.pretrained)
         revision = None if self.tokenizer else self.revision
+        # As lm-evaluation-harness passes it: some tokenizers (Llama's) change their post-processor.
+        forced = {} if self.add_bos_token is None else {"add_bos_token": self.add_bos_token}
         try:
-            tokenizer = AutoTokenizer.from_pretrained(name, revision=revision)
+            tokenizer = AutoTokenizer.from_pretrained(
+                name, revision=revision, local_files_only=local_files_only, **forced
+            )
         except (OSError, ValueError) as e:
             raise self.cannot_load("tokenizer", name, e) from e
         if tokenizer.pad_token_id is None:
@@ -124,14 +146,48 @@ class ModelSpec:
             tokenizer.pad_token = tokenizer.eos_token
         return tokenizer
 
-    def load_config(self):
+    def load_config(self, local_files_only: bool = False):
         from transformers import AutoConfig
 
         name = self.source(self.pretrained)
         try:
-            return AutoConfig.from_pretrained(name, revision=self.revision, **self.config_overrides)
+            return AutoConfig.from_pretrained(
+                name, revision=self.revision, local_files_only=local_files_only, **self.config_overrides
+            )
         except (OSError, ValueError) as e:
             raise self.cannot_load("model", name, e) from e
+
+    def conventions(self, local_files_only: bool = False) -> "TokenConventions":
+        """How this model's text becomes token ids (:mod:`.conventions`)."""
+        from .conventions import TokenConventions
+
+        return TokenConventions(
+            self.load_tokenizer(local_files_only), self.add_bos_token,
+            bool(self.load_config(local_files_only).is_encoder_decoder),
+        )
+
+    def conventions_key(self, add_bos_token: Optional[bool] = None) -> Optional[Dict[str, Any]]:
+        """What the cache key of a step using this model (with ``add_bos_token``) holds of its
+        token conventions (:func:`.conventions.conventions_key`), read when the step graph is
+        built from files on this machine only: a local directory, or the HF cache. A hub model
+        not yet downloaded has nothing to read, and its key holds nothing of its conventions."""
+        names = [name for name in (self.pretrained, self.tokenizer) if name]
+        files = tuple(directory_fingerprint(d) for d in map(local_directory, names) if d)  # edits change the key
+        return _conventions_key(self.pretrained, self.tokenizer, self.revision, add_bos_token, files)
+
+
+@lru_cache(maxsize=None)
+def _conventions_key(
+    pretrained: str, tokenizer: Optional[str], revision: Optional[str], add_bos_token: Optional[bool], files: Any
+) -> Optional[Dict[str, Any]]:
+    """Memoised per process (and per local files' contents): a sweep names one model many times."""
+    from .conventions import conventions_key
+
+    spec = ModelSpec(pretrained, tokenizer=tokenizer, revision=revision, add_bos_token=add_bos_token)
+    try:
+        return conventions_key(spec.conventions(local_files_only=True))
+    except ConfigurationError:
+        return None
 
 
 #: T5's training input length. Relative position buckets set no hard limit, so this is where

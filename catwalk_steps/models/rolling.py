@@ -15,13 +15,7 @@ from typing import TYPE_CHECKING, List, Sequence
 from .scoring import Query
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
-
-
-def prefix_token(tokenizer: "PreTrainedTokenizerBase") -> int:
-    """The token the first window conditions on: BOS, or EOS for tokenizers without one (GPT-2's
-    are the same token), as lm-evaluation-harness's HFLM chooses."""
-    return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    from .conventions import TokenConventions
 
 
 def rolling_windows(tokens: Sequence[int], prefix: int, max_length: int) -> List[Query]:
@@ -42,6 +36,7 @@ def rolling_windows(tokens: Sequence[int], prefix: int, max_length: int) -> List
     return windows
 
 
-def document_windows(tokenizer: "PreTrainedTokenizerBase", text: str, max_length: int) -> List[Query]:
-    """``text``, encoded without special tokens, as :func:`rolling_windows`."""
-    return rolling_windows(tokenizer.encode(text, add_special_tokens=False), prefix_token(tokenizer), max_length)
+def document_windows(conventions: "TokenConventions", text: str, max_length: int) -> List[Query]:
+    """``text``, encoded as a document (:meth:`.conventions.TokenConventions.document`: with the
+    tokenizer's special tokens), as :func:`rolling_windows` after the prefix token."""
+    return rolling_windows(conventions.document(text), conventions.prefix_token_id, max_length)

@@ -1,10 +1,9 @@
 """Log-likelihood of continuations given contexts: the one computation that training and
 prediction share.
 
-Conventions follow lm-evaluation-harness so that numbers are comparable: a context's trailing
-whitespace moves to the continuation, the continuation's tokens are the tail of the encoded
-``context + continuation`` (not a separate encoding), an empty context becomes the EOS token, and
-over-long inputs are cut from the left.
+Queries are encoded by :mod:`.conventions` (lm-evaluation-harness's special tokens, pairs
+encoded whole and split); over-long inputs are cut from the left, as lm-evaluation-harness cuts
+them.
 """
 
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from .forward_signature import accepts_logits_to_keep
 from .shared_context import can_share_contexts, collate_shared, shared_context_logliks
 
 if TYPE_CHECKING:  # imported where models are loaded
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -28,19 +27,6 @@ class Query:
 
     context: Tuple[int, ...]
     continuation: Tuple[int, ...]
-
-
-def encode_pair(tokenizer: "PreTrainedTokenizerBase", context: str, continuation: str) -> Query:
-    stripped = context.rstrip()
-    continuation = context[len(stripped):] + continuation
-    context_ids = tokenizer.encode(stripped, add_special_tokens=False)
-    whole_ids = tokenizer.encode(stripped + continuation, add_special_tokens=False)
-    continuation_ids = whole_ids[len(context_ids):]
-    if not context_ids:
-        context_ids = [tokenizer.eos_token_id]
-    if not continuation_ids:
-        raise ValueError(f"Continuation {continuation!r} encodes to no tokens")
-    return Query(tuple(context_ids), tuple(continuation_ids))
 
 
 def model_input(query: Query, max_length: int) -> Tuple[List[int], List[int]]:

@@ -4,7 +4,8 @@ log-likelihoods one record per instance."""
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..models.scoring import Query, encode_pair
+from ..models.conventions import TokenConventions
+from ..models.scoring import Query
 from ..tasks import MCInstance
 
 
@@ -16,15 +17,15 @@ def top_two_margin(logliks: Sequence[float]) -> float:
 
 
 def choice_queries(
-    tokenizer, instances: Sequence[MCInstance], unconditioned_context: Optional[str]
+    conventions: TokenConventions, instances: Sequence[MCInstance], unconditioned_context: Optional[str]
 ) -> Tuple[List[Query], List[int]]:
     """Every instance's (context, choice) queries, in instance order, then, given an
     ``unconditioned_context``, every choice after that context alone, in the same order; and the
     instance of each query."""
-    queries = [encode_pair(tokenizer, context, c) for i in instances for context, c in i.pairs()]
+    queries = [conventions.pair(context, c) for i in instances for context, c in i.pairs()]
     instance_of = [n for n, i in enumerate(instances) for _ in i.continuations]
     if unconditioned_context is not None:
-        queries += [encode_pair(tokenizer, unconditioned_context, c) for i in instances for c in i.continuations]
+        queries += [conventions.pair(unconditioned_context, c) for i in instances for c in i.continuations]
         instance_of += instance_of
     return queries, instance_of
 

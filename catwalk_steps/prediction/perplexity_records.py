@@ -10,18 +10,19 @@ so that it does not depend on how the windows were batched or shared out.
 from typing import Any, Dict, List, Sequence, Tuple
 
 from ..models.rolling import document_windows
-from ..models.scoring import Query, encode_pair
+from ..models.conventions import TokenConventions
+from ..models.scoring import Query
 from ..tasks.instance import DocumentInstance, TargetInstance
 
 
 def document_queries(
-    tokenizer, documents: Sequence[DocumentInstance], max_length: int
+    conventions: TokenConventions, documents: Sequence[DocumentInstance], max_length: int
 ) -> Tuple[List[Query], List[int]]:
     """Every document's rolling windows, in document order, and the document of each window."""
     queries: List[Query] = []
     document_of: List[int] = []
     for number, document in enumerate(documents):
-        windows = document_windows(tokenizer, document.text, max_length)
+        windows = document_windows(conventions, document.text, max_length)
         queries += windows
         document_of += [number] * len(windows)
     return queries, document_of
@@ -53,9 +54,9 @@ def perplexity_records(
     return records
 
 
-def target_queries(tokenizer, instances: Sequence[TargetInstance]) -> Tuple[List[Query], List[int]]:
+def target_queries(conventions: TokenConventions, instances: Sequence[TargetInstance]) -> Tuple[List[Query], List[int]]:
     """One query per instance, and the instance of each."""
-    return [encode_pair(tokenizer, i.context, i.target) for i in instances], list(range(len(instances)))
+    return [conventions.pair(i.context, i.target) for i in instances], list(range(len(instances)))
 
 
 def target_records(

@@ -65,19 +65,19 @@ def query_work(queries: Sequence[Any], finetuned: Optional[FinetunedModel]) -> s
 def predictions(plan: PredictionPlan) -> Records:
     """One JSON-safe record per instance of the plan's split (see ``catwalk::predict``)."""
     instances = plan.task.instances(plan.split, plan.limit)  # a bad data file fails before anything is loaded
-    tokenizer = plan.spec.load_tokenizer()
+    conventions = plan.spec.conventions()
     with nullcontext(plan.journals) if plan.journals else TemporaryDirectory(prefix="catwalk-predict-") as journals:
-        compute: Compute = partial(_computed, plan, Path(journals), tokenizer.pad_token_id, len(instances))
+        compute: Compute = partial(_computed, plan, Path(journals), conventions.pad_token_id, len(instances))
         if plan.task.REQUEST_TYPE == "generate_until":
             max_length = context_window(plan.spec.load_config())
-            requests = generation_requests(tokenizer, instances, max_length)
+            requests = generation_requests(conventions, instances, max_length)
             work = work_of([[list(r.prompt), r.until, r.max_new_tokens] for r in requests], plan.finetuned)
             generations = compute("generations", requests, range(len(requests)), work)
             return generation_records(plan.task, instances, requests, generations, max_length)
         if plan.task.REQUEST_TYPE in ("loglikelihood_rolling", "loglikelihood"):
-            return _whole_scores(plan, instances, tokenizer, compute)
+            return _whole_scores(plan, instances, conventions, compute)
         unconditioned = plan.task.unconditioned_context if plan.unconditioned else None
-        queries, instance_of = choice_queries(tokenizer, instances, unconditioned)
+        queries, instance_of = choice_queries(conventions, instances, unconditioned)
         logliks = compute("scores", queries, instance_of, query_work(queries, plan.finetuned))
         return choice_records(instances, queries, logliks)
 
@@ -98,7 +98,7 @@ def _computed(
     ))
 
 
-def _whole_scores(plan: PredictionPlan, instances: List[Any], tokenizer, compute: Compute) -> Records:
+def _whole_scores(plan: PredictionPlan, instances: List[Any], conventions, compute: Compute) -> Records:
     """Records of a perplexity task's documents (``loglikelihood_rolling``: every rolling window
     a query) or of (context, target) instances scored with a greedy flag (``loglikelihood``).
     Causal LMs only."""
@@ -109,9 +109,9 @@ def _whole_scores(plan: PredictionPlan, instances: List[Any], tokenizer, compute
             "LAMBADA) are computed here for causal language models only"
         )
     if plan.task.REQUEST_TYPE == "loglikelihood_rolling":
-        queries, document_of = document_queries(tokenizer, instances, context_window(config))
+        queries, document_of = document_queries(conventions, instances, context_window(config))
         logliks = compute("scores", queries, document_of, query_work(queries, plan.finetuned))
         return perplexity_records(instances, queries, document_of, logliks)
-    queries, instance_of = target_queries(tokenizer, instances)
+    queries, instance_of = target_queries(conventions, instances)
     results = compute("greedy_scores", queries, instance_of, query_work(queries, plan.finetuned))
     return target_records(instances, queries, results)

@@ -63,7 +63,7 @@ class FinetuneStep(Step):
     # New settings left at their defaults (today's training) keep existing keys.
     SKIP_DEFAULT_ARGUMENTS = {
         "optimizer": None, "lr_scheduler": None, "patience": None, "decay_biases_and_norms": False,
-        "val_metric": None,
+        "val_metric": None, "add_bos_token": None,
     }
     METADATA = {"artifact_kind": "model"}
 
@@ -82,6 +82,7 @@ class FinetuneStep(Step):
         tasks: List[Task],
         *,
         tokenizer: Optional[str] = None,
+        add_bos_token: Optional[bool] = None,
         config_overrides: Optional[Dict[str, Any]] = None,
         adapter: Optional[Adapter] = None,
         precision: str = "32",

@@ -2,6 +2,7 @@
 or score documents): the step reads its settings into a :class:`..prediction.plan.PredictionPlan`
 and hands it to :func:`..prediction.plan.predictions`."""
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
@@ -53,6 +54,7 @@ class PredictStep(Step):
     VERSION = "cw3"  # cw2: num_chars without the target delimiter; group; margin. cw3: unconditioned
     FORMAT = AtomicJsonFormat()
     SKIP_ID_ARGUMENTS = {"device", "device_count", "max_batch_size", "max_batch_tokens"}
+    SKIP_DEFAULT_ARGUMENTS = {"add_bos_token": None}
 
     @classmethod
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -83,6 +85,7 @@ class PredictStep(Step):
         split: str = "validation",
         limit: Optional[int] = None,
         tokenizer: Optional[str] = None,
+        add_bos_token: Optional[bool] = None,
         device: str = "auto",
         device_count: int = 1,
         dtype: str = "float32",
@@ -93,6 +96,10 @@ class PredictStep(Step):
         """
         :param limit: score only the first ``limit`` instances.
         :param tokenizer: for a model spec, the tokenizer if not the model's own.
+        :param add_bos_token: special tokens when encoding (:mod:`..models.conventions`): unset, the
+            tokenizer's own (Llama, Mistral and Gemma add BOS), as lm-evaluation-harness 0.4.13 at its
+            defaults; ``true``/``false`` force them on or off. Unset for a fine-tuned model: the
+            setting it was trained with.
         :param device: ``"auto"`` (CUDA if present, else CPU), or a torch device such as ``"cuda:1"``;
             with several workers ``"auto"``, ``"cuda"`` or ``"cpu"``.
         :param device_count: workers scoring the split: CUDA devices 0..N-1, or CPU processes
@@ -107,8 +114,11 @@ class PredictStep(Step):
         :param max_batch_tokens: most padded tokens in one scoring forward pass.
         """
         finetuned = model if isinstance(model, FinetunedModel) else None
+        spec = finetuned.spec if finetuned else ModelSpec.parse(model, tokenizer=tokenizer)
+        if add_bos_token is not None:
+            spec = replace(spec, add_bos_token=add_bos_token)
         return predictions(PredictionPlan(
-            spec=finetuned.spec if finetuned else ModelSpec.parse(model, tokenizer=tokenizer), finetuned=finetuned,
+            spec=spec, finetuned=finetuned,
             task=task, split=split, limit=limit, devices=worker_devices(device, device_count), dtype=DTYPES[dtype],
             unconditioned=unconditioned, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
             journals=self.work_dir_for_run,  # None when run() is called directly

@@ -26,8 +26,9 @@ from ..tasks import GenerativeTask, MultipleChoiceTask
 from .batches import BatchPlan
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PreTrainedModel
 
+    from ..models.conventions import TokenConventions
     from ..tasks import GenerationInstance
 
 MULTIPLE_CHOICE, GENERATIVE = MultipleChoiceTask.REQUEST_TYPE, GenerativeTask.REQUEST_TYPE
@@ -90,8 +91,8 @@ def selected_record_key(kind: str, val_metric: Optional[str]) -> str:
 
 
 def answer_examples(
-    tokenizer: "PreTrainedTokenizerBase", instances_per_task: List[List["GenerationInstance"]], max_length: int,
-    encoder_decoder: bool, desc: str,
+    conventions: "TokenConventions", instances_per_task: List[List["GenerationInstance"]], max_length: int,
+    desc: str,
 ) -> List[Example]:
     """Each instance's prompt and answer tokens (its first reference after the target
     delimiter, then EOS), how many tokens its loss sums over, the instance itself and its
@@ -104,14 +105,14 @@ def answer_examples(
         for task, instances in enumerate(instances_per_task):
             for instance in instances:
                 answer = instance.target_delimiter + instance.references[0]
-                query = encode_answer(tokenizer, instance.prompt, answer, encoder_decoder)
+                query = encode_answer(conventions, instance.prompt, answer)
                 if len(query.continuation) > max_length:
                     raise ConfigurationError(
                         f"Instance {instance.id}: its answer and EOS make {len(query.continuation)} tokens, more than "
                         f"the model's context window of {max_length}"
                     )
                 examples.append({"prompt": list(query.context), "answer": list(query.continuation),
-                                 "tokens": scored_tokens(query.continuation, encoder_decoder),
+                                 "tokens": scored_tokens(query.continuation, conventions.encoder_decoder),
                                  "instance": instance, "task": task})
                 bar.update(1)
     return examples
@@ -124,18 +125,19 @@ def loss_divisor(train: List[Example], plan: BatchPlan, step: int, world_size: i
 
 
 def exact_matches(
-    lm: "PreTrainedModel", tokenizer: "PreTrainedTokenizerBase", tasks: Sequence[Any], examples: List[Example],
-    pad_token_id: int, max_length: int, batch_size: int,
+    lm: "PreTrainedModel", conventions: "TokenConventions", tasks: Sequence[Any], examples: List[Example],
+    max_length: int, batch_size: int,
 ) -> float:
     """The summed exact match of greedy generations for ``examples``, each scored by its task."""
-    from ..models.generation import GenerationRequest, encode_prompt, generate_greedy
+    from ..models.generation import GenerationRequest, generate_greedy
 
     instances = [example["instance"] for example in examples]
     requests = [
-        GenerationRequest(encode_prompt(tokenizer, i.prompt), tuple(i.until), i.max_new_tokens) for i in instances
+        GenerationRequest(conventions.prompt(i.prompt), tuple(i.until), i.max_new_tokens) for i in instances
     ]
     generations = generate_greedy(
-        lm, tokenizer, requests, pad_token_id=pad_token_id, max_length=max_length, max_batch_size=batch_size
+        lm, conventions, requests, pad_token_id=conventions.pad_token_id, max_length=max_length,
+        max_batch_size=batch_size,
     )
     total = 0.0
     for example, instance, generation in zip(examples, instances, generations):

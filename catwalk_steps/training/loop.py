@@ -112,9 +112,10 @@ class TrainingJob:
         return self.plan.micro_batches_per_step // world_size
 
     @cached_property
-    def tokenizer(self):
-        """The tokenizer, loaded once per worker (by validation's generations, the only user)."""
-        return self.spec.load_tokenizer()
+    def conventions(self):
+        """The tokenizer's conventions, loaded once per worker (by validation's generations, the
+        only user)."""
+        return self.spec.conventions()
 
     @property
     def checkpoints(self) -> CheckpointStore:
@@ -164,8 +165,8 @@ def validate(
             counts = [outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items), device=device)]
             sums += torch.stack(counts).to(sums)
     if job.selected == "val_exact_match":  # greedy generations, scored by each task's rule
-        sums[0] = exact_matches(model.scoring_lm, job.tokenizer, job.tasks, shard, job.pad_token_id,
-                                job.max_length, job.plan.micro_batch_size)
+        sums[0] = exact_matches(model.scoring_lm, job.conventions, job.tasks, shard, job.max_length,
+                                job.plan.micro_batch_size)
     correct, loss, count = _sum_over_workers(sums).tolist()
     model.train()
     if not job.generative:

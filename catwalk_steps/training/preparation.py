@@ -5,14 +5,13 @@ that every worker follows."""
 
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from tango.common import Tqdm
 from tango.common.exceptions import ConfigurationError
 from tango.workspace import Workspace
 
 from ..models.loading import context_window
-from ..models.scoring import encode_pair
 from ..tasks import MCInstance
 from ..tracking.settings import Tracking
 from .batches import BatchPlan, micro_batch_size_for
@@ -20,15 +19,18 @@ from .generative import GENERATIVE, answer_examples, selected_record_key, traini
 from .loop import TrainingJob
 from .settings import FinetuneSettings
 
+if TYPE_CHECKING:
+    from ..models.conventions import TokenConventions
 
-def tokenized_examples(tokenizer, instances: List[MCInstance], desc: str) -> List[Dict[str, Any]]:
+
+def tokenized_examples(conventions: "TokenConventions", instances: List[MCInstance], desc: str) -> List[Dict[str, Any]]:
     """Multiple-choice instances as the rank-classification loss takes them: each choice's
-    (context, continuation) token ids, and the gold choice."""
+    (context, continuation) token ids, encoded as scoring encodes them, and the gold choice."""
     return [
         {
             "queries": [
                 (list(query.context), list(query.continuation))
-                for query in (encode_pair(tokenizer, context, c) for context, c in instance.pairs())
+                for query in (conventions.pair(context, c) for context, c in instance.pairs())
             ],
             "label": instance.label,
         }
@@ -56,7 +58,7 @@ def training_job(
     # Both splits are read (a bad data file reported) before the tokenizer or any model is loaded.
     train_instances = instances(s.train_split, s.train_limit)
     validation_instances = instances(s.validation_split, s.validation_limit)
-    tokenizer, config = spec.load_tokenizer(), spec.load_config()
+    conventions, config = spec.conventions(), spec.load_config()
     max_length = context_window(config)
     kind = training_kind(tasks)
     generative = kind == GENERATIVE
@@ -66,8 +68,8 @@ def training_job(
             return None
         desc = f"Tokenizing {split}"
         if generative:
-            return answer_examples(tokenizer, per_task, max_length, config.is_encoder_decoder, desc=desc)
-        return tokenized_examples(tokenizer, [i for part in per_task for i in part], desc=desc)
+            return answer_examples(conventions, per_task, max_length, desc=desc)
+        return tokenized_examples(conventions, [i for part in per_task for i in part], desc=desc)
 
     train = examples(s.train_split, train_instances)
     plan = BatchPlan(len(train), s.batch_size, micro_batch_size, s.seed)
@@ -85,7 +87,7 @@ def training_job(
         weight_decay=s.weight_decay,
         warmup_steps=math.ceil(s.warmup_fraction * train_steps),
         max_grad_norm=s.max_grad_norm,
-        pad_token_id=tokenizer.pad_token_id,
+        pad_token_id=conventions.pad_token_id,
         max_length=max_length,
         work_dir=work_dir,
         log_every=s.log_every,

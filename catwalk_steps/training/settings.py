@@ -32,6 +32,11 @@ class FinetuneSettings:
     """The tasks whose ``train_split`` (and ``validation_split``) to use."""
     tokenizer: Optional[str]
     """Hub name or directory of the tokenizer, if not the model's."""
+    add_bos_token: Optional[bool]
+    """Special tokens when encoding (:mod:`catwalk_steps.models.conventions`): the tokenizer's own
+    (``None``: Llama, Mistral and Gemma add BOS, GPT-2 nothing), as lm-evaluation-harness 0.4.13 at
+    its defaults, or forced on (``true``) or off (``false``). The fine-tuned model keeps the
+    setting, so it is evaluated with the tokens it was trained on."""
     config_overrides: Optional[Dict[str, Any]]
     """HF config values to change, e.g. dropouts set to 0."""
     adapter: Optional[Adapter]
@@ -166,7 +171,10 @@ class FinetuneSettings:
         return self.device_count * self.nodes
 
     def model_spec(self) -> ModelSpec:
-        return ModelSpec.parse(self.model, tokenizer=self.tokenizer, config_overrides=self.config_overrides or {})
+        return ModelSpec.parse(
+            self.model, tokenizer=self.tokenizer, config_overrides=self.config_overrides or {},
+            add_bos_token=self.add_bos_token,
+        )
 
 
 STRATEGIES = ("ddp", "fsdp")  # see .strategies

@@ -1,0 +1,119 @@
+"""How text becomes token ids: the one place that decides special tokens, the prefix token, the
+pad id and the tokens that stop a generation, for scoring, rolling windows, generation and
+training alike.
+
+The conventions are lm-evaluation-harness 0.4.13's ``HFLM`` at its defaults (``add_bos_token``
+unset), so that our numbers equal its numbers:
+
+- A causal model's text is encoded with the tokenizer's own special tokens (Llama, Mistral and
+  Gemma tokenizers prepend BOS; GPT-2's adds nothing), except where the text already begins with
+  the prefix token's text (what a chat template writes): no second BOS. ``add_bos_token``
+  ``True``/``False`` forces special tokens on or off, as lm-eval's model argument of that name.
+- A (context, continuation) pair is encoded whole and split (lm-eval's ``_encode_pair``): the
+  continuation's tokens are the tail of ``context + continuation`` after the context's tokens,
+  the context's trailing whitespace moved to the continuation. An empty context is the prefix
+  token (BOS, else EOS), the continuation encoded without special tokens.
+- A document for rolling log-likelihood is encoded like any text (so with a BOS-adding tokenizer
+  it starts with BOS) and its first window conditions on the prefix token: the BOS is scored
+  after a BOS, as lm-eval does (its issue #3333). We match it rather than fix it, so that
+  perplexities stay comparable with published lm-eval numbers.
+- A generation prompt is encoded like a context.
+
+Encoder-decoder models (T5) keep the convention of :mod:`.seq2seq`: no special tokens at
+encoding, the EOS appended to the encoder's input and to each scored continuation there.
+"""
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
+
+from .scoring import Query
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+#: The lm-evaluation-harness release whose encoding these conventions reproduce.
+LM_EVAL_CONVENTIONS = "lm-eval 0.4.13"
+
+
+@dataclass(frozen=True)
+class TokenConventions:
+    """``tokenizer``'s encodings for a causal LM (``encoder_decoder=False``) or an encoder-decoder,
+    with special tokens as the tokenizer adds them (``add_bos_token=None``) or forced on/off."""
+
+    tokenizer: "PreTrainedTokenizerBase"
+    add_bos_token: Optional[bool] = None
+    encoder_decoder: bool = False
+
+    @property
+    def prefix_token_id(self) -> int:
+        """What an empty context and a document's first window condition on: BOS, else EOS."""
+        bos = self.tokenizer.bos_token_id
+        return bos if bos is not None else self.tokenizer.eos_token_id
+
+    @property
+    def pad_token_id(self) -> int:
+        return self.tokenizer.pad_token_id
+
+    def _special_tokens(self, text: str, prefix_text: Optional[str]) -> Dict[str, bool]:
+        if self.encoder_decoder:
+            return {"add_special_tokens": False}
+        if prefix_text and text.startswith(prefix_text):
+            return {"add_special_tokens": False}
+        return {} if self.add_bos_token is None else {"add_special_tokens": self.add_bos_token}
+
+    def encode(self, text: str) -> List[int]:
+        """``text``'s token ids with the special tokens a context gets (lm-eval's ``tok_encode``)."""
+        return self.tokenizer.encode(text, **self._special_tokens(text, self.tokenizer.decode(self.prefix_token_id)))
+
+    def plain(self, text: str) -> List[int]:
+        """``text``'s token ids without any special token."""
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def pair(self, context: str, continuation: str) -> Query:
+        """A (context, continuation) scoring query (lm-eval's ``loglikelihood``)."""
+        if context == "":
+            tokens = self.plain(continuation)
+            if not tokens:
+                raise ValueError(f"Continuation {continuation!r} encodes to no tokens")
+            if tokens[0] == self.prefix_token_id:
+                return Query(tuple(tokens[:1]), tuple(tokens[1:]))
+            return Query((self.prefix_token_id,), tuple(tokens))
+        stripped = context.rstrip()
+        continuation = context[len(stripped):] + continuation
+        context_ids = self.encode(stripped) if stripped else []
+        continuation_ids = self.encode(stripped + continuation)[len(context_ids):]
+        if not continuation_ids:
+            raise ValueError(f"Continuation {continuation!r} encodes to no tokens")
+        return Query(tuple(context_ids or [self.prefix_token_id]), tuple(continuation_ids))
+
+    def document(self, text: str) -> List[int]:
+        """A document's tokens for rolling log-likelihood (lm-eval's ``loglikelihood_rolling``)."""
+        return self.encode(text)
+
+    def prompt(self, text: str) -> Tuple[int, ...]:
+        """A generation prompt's tokens (lm-eval's ``tok_batch_encode``); an empty prompt is the
+        prefix token."""
+        bos = None if self.encoder_decoder else self.tokenizer.bos_token
+        return tuple(self.tokenizer.encode(text, **self._special_tokens(text, bos))) or (self.prefix_token_id,)
+
+    def stop_token_ids(self, lm: "PreTrainedModel") -> Set[int]:
+        """The tokens that end a generation: the model's generation config's EOS ids, where
+        ``transformers``' ``generate`` (and so lm-evaluation-harness) stops; the tokenizer's EOS
+        for a model without any."""
+        configured = getattr(getattr(lm, "generation_config", None), "eos_token_id", None)
+        if configured is None:
+            configured = self.tokenizer.eos_token_id
+        return set(configured) if isinstance(configured, list) else {configured} if configured is not None else set()
+
+    def adds_special_tokens(self) -> bool:
+        """Whether these conventions put special tokens where no special tokens would (the
+        encoding before they were adopted): a cache key then says so."""
+        sample = "Question: is this a sample? Answer: yes"
+        return self.encode(sample) != self.plain(sample) or self.prompt(sample) != tuple(self.plain(sample))
+
+
+def conventions_key(conventions: TokenConventions) -> Optional[Dict[str, Any]]:
+    """What a cache key holds of ``conventions``: nothing where they encode as before they existed
+    (GPT-2, T5, any tokenizer without special tokens), so that those keys do not change; else the
+    conventions' name, so that a result computed without the special tokens is never reused."""
+    return {"special_tokens": LM_EVAL_CONVENTIONS} if conventions.adds_special_tokens() else None

@@ -86,3 +86,13 @@ def workers_forked_from_a_preloaded_server(tango_logging):
     launch.START_METHOD = "forkserver"
     yield
     launch.START_METHOD = "spawn"
+
+
+@pytest.fixture(scope="session")
+def mistral_llama(tmp_path_factory) -> str:
+    """``rc::`` spec of a tiny random Llama with Mistral-7B v0.1's BOS-adding tokenizer (built
+    offline from the ``mistral-common`` wheel: tests/tiny_models.py)."""
+    from .tiny_models import mistral_tokenizer, tiny_llama
+
+    tokenizer = mistral_tokenizer(tmp_path_factory.mktemp("mistral-tokenizer"))
+    return f"rc::{tiny_llama(tmp_path_factory.mktemp('mistral-llama'), tokenizer)}"

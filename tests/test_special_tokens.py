@@ -11,7 +11,6 @@ from tango.common.exceptions import ConfigurationError
 from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import CalculateMetricsStep, FinetuneStep, PredictStep
-from catwalk_steps.models.conventions import TokenConventions
 from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.tasks import LmEvalTask
 from catwalk_steps.tasks.lm_eval_bridge import task_manager
@@ -183,4 +182,4 @@ def test_a_fine_tuned_model_keeps_its_setting(mistral_llama, tmp_path):
     model = step.result(LocalWorkspace(tmp_path))
     assert model.spec.add_bos_token is False
     assert model.spec.conventions().pair("Q:", " a").context[0] != 1
-    assert TokenConventions(model.spec.load_tokenizer()).pair("Q:", " a").context[0] == 1  # the default adds it
+    assert ModelSpec.parse(mistral_llama).conventions().pair("Q:", " a").context[0] == 1  # the default adds it

@@ -63,7 +63,14 @@ def query_work(queries: Sequence[Any], finetuned: Optional[FinetunedModel]) -> s
 
 
 def predictions(plan: PredictionPlan) -> Records:
-    """One JSON-safe record per instance of the plan's split (see ``catwalk::predict``)."""
+    """One JSON-safe record per instance of the plan's split (see ``catwalk::predict``), each
+    with the shots its prompt holds (``num_shots``)."""
+    records = _records(plan)
+    shots = getattr(plan.task, "num_shots", 0)
+    return [{**record, "num_shots": shots} for record in records]
+
+
+def _records(plan: PredictionPlan) -> Records:
     instances = plan.task.instances(plan.split, plan.limit)  # a bad data file fails before anything is loaded
     conventions = plan.spec.conventions()
     with nullcontext(plan.journals) if plan.journals else TemporaryDirectory(prefix="catwalk-predict-") as journals:

@@ -11,6 +11,9 @@ from tango.common.exceptions import ConfigurationError
 from .averages import STDERR_SUFFIX, macro_average
 
 MACRO_AVERAGE = "macro-average"
+#: The shots of a result's prompts (``catwalk::calculate_metrics``): a column, first of the
+#: numbers, where any row's prompts held demonstrations.
+SHOTS = "num_shots"
 
 # Columns that paired comparisons (:mod:`.table_comparisons`) and seed replicates
 # (:mod:`.replicates`) add for a metric ``m``; the CSV and JSON keep them all, the printed and
@@ -51,8 +54,11 @@ class MetricsTable:
         check_average_over(key_columns, average_over)
         metric_columns = sorted(
             {metric for result in results.values() for metric, value in result.items() if not isinstance(value, dict)},
-            key=lambda name: (name == "count", name.removesuffix(STDERR_SUFFIX), name.endswith(STDERR_SUFFIX)),
+            key=lambda name: (name != SHOTS, name == "count", name.removesuffix(STDERR_SUFFIX),
+                              name.endswith(STDERR_SUFFIX)),
         )
+        if not any(result.get(SHOTS) for result in results.values()):  # all zero-shot: nothing to say
+            metric_columns = [name for name in metric_columns if name != SHOTS]
         groups: Dict[tuple, List[Dict[str, Any]]] = {}
         for name, result in results.items():
             parts = name.split("/") if len(key_columns) > 1 else [name]

@@ -58,6 +58,8 @@ class CalculateMetricsStep(Step):
         if not predictions:
             raise ValueError("No predictions to compute metrics on")
         metrics = metrics_of(predictions)
+        if "num_shots" in predictions[0]:  # predictions cached before records held it do not say
+            metrics["num_shots"] = predictions[0]["num_shots"]
         by_group: Dict[str, List[Dict[str, Any]]] = {}
         for p in predictions:
             if "group" in p:

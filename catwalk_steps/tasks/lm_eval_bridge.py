@@ -121,11 +121,15 @@ class LmEvalTask(MultipleChoiceTask):
     for tasks wholly defined under ``include_path``). Splits are ``train``, ``validation`` and
     ``test``, the task's ``training_split``, ``validation_split`` and ``test_split``.
 
-    Of the settings every task takes, ``num_shots`` and ``fewshot_seed`` apply as they are; the
-    others are the task YAML's to say: its ``dataset_path``, ``dataset_name`` and
+    Of the settings every task takes, ``num_shots`` and ``fewshot_seed`` apply as they are, and
+    ``num_shots`` left unset is the task YAML's ``num_fewshot`` (0 where it has none), as
+    ``lm_eval --tasks NAME`` runs it (``gsm8k`` is 5-shot); the others are the task YAML's to say: its ``dataset_path``, ``dataset_name`` and
     ``dataset_kwargs`` are the data (``data_files``, ``hub_id``, ``revision``), its
     ``fewshot_split`` or ``fewshot_config`` where demonstrations come from (``fewshot_split``),
-    and its prompt the formulation.
+    and its prompt the formulation: its ``description``, ``target_delimiter``,
+    ``fewshot_delimiter``, ``fewshot_config`` and ``gen_prefix`` apply as lm-evaluation-harness
+    applies them (the prompt is its own ``fewshot_context``, given the ``gen_prefix`` its evaluator
+    gives it).
 
     A ``generate_until`` task generates greedily until its ``generation_kwargs``' ``until``
     strings or ``max_gen_toks`` tokens (sampling settings are refused), and each generation is
@@ -151,7 +155,7 @@ class LmEvalTask(MultipleChoiceTask):
         task: str,
         include_path: Optional[str] = None,
         include_defaults: bool = True,
-        num_shots: int = 0,
+        num_shots: Optional[int] = None,
         fewshot_split: Optional[str] = None,
         fewshot_seed: int = 1234,
     ) -> None:
@@ -160,7 +164,7 @@ class LmEvalTask(MultipleChoiceTask):
                 f"lm_eval task {task!r}: demonstrations come from the task's own fewshot_split; "
                 "to change it, write a task YAML that includes this one and sets fewshot_split"
             )
-        super().__init__(num_shots=num_shots, fewshot_seed=fewshot_seed)  # first: its checks read no index
+        super().__init__(num_shots=num_shots or 0, fewshot_seed=fewshot_seed)  # first: its checks read no index
         if include_path is not None and not Path(include_path).is_dir():
             raise ConfigurationError(f"lm_eval task {task!r}: include_path is not a directory: {include_path}")
         self.name = task
@@ -168,6 +172,8 @@ class LmEvalTask(MultipleChoiceTask):
         self.include_defaults = include_defaults
         self.config = task_config(task_manager(self.include_path, include_defaults), task)
         self.REQUEST_TYPE = self.config["output_type"]
+        if num_shots is None:  # the task's own, as lm-evaluation-harness's command line runs it
+            self.num_shots = task_shots(task, self.config)
 
     @functools.cached_property
     def harness_task(self) -> Any:
@@ -226,7 +232,7 @@ class LmEvalTask(MultipleChoiceTask):
         return harness_scores(self.harness_task, [docs[split][int(n)] for split, n in places], generations)
 
     def _instance(self, task, doc: Dict[str, Any], instance_id: str, row: int) -> MCInstance:
-        context = task.fewshot_context(doc, self.num_shots)
+        context = prompt(task, doc, self.num_shots)
         choices = task.doc_to_choice(doc)
         delimiter = task.config.target_delimiter
         gold = task.doc_to_text(doc) if task.multiple_input else task.doc_to_target(doc)
@@ -244,6 +250,23 @@ class LmEvalTask(MultipleChoiceTask):
                           target_delimiter=delimiter)
 
 
+def task_shots(name: str, config: Dict[str, Any]) -> int:
+    """The task YAML's ``num_fewshot`` (0 where it has none), checked."""
+    shots = config.get("num_fewshot")
+    if shots is None:
+        return 0
+    if not isinstance(shots, int) or isinstance(shots, bool) or shots < 0:
+        raise ConfigurationError(f"lm_eval task {name!r}: its num_fewshot {shots!r} is not a count of shots")
+    return shots
+
+
+def prompt(task: Any, doc: Dict[str, Any], num_shots: int) -> Any:
+    """The document's context as lm-evaluation-harness's evaluator builds it (``build_all_requests``:
+    ``fewshot_context`` with the document's ``gen_prefix``)."""
+    prefix = task.doc_to_prefix(doc)
+    return task.fewshot_context(doc, num_shots, **({"gen_prefix": prefix} if prefix else {}))
+
+
 def generation_instance(
     task: Any, doc: Dict[str, Any], instance_id: str, num_shots: int, settings: Dict[str, Any]
 ) -> GenerationInstance:
@@ -255,7 +278,7 @@ def generation_instance(
         target = task.doc_to_choice(doc)[target]
     references = [str(t) for t in target] if isinstance(target, list) else [str(target)]
     return GenerationInstance(
-        id=instance_id, prompt=task.fewshot_context(doc, num_shots), references=references,
+        id=instance_id, prompt=prompt(task, doc, num_shots), references=references,
         target_delimiter=task.config.target_delimiter, **settings,
     )
 
@@ -355,7 +378,7 @@ def target_instance(name: str, task: Any, doc: Dict[str, Any], instance_id: str,
     target = task.doc_to_target(doc)
     if not isinstance(target, str) or not target:
         raise DataError(f"lm_eval task {name!r}: document {row}: the target is empty or not a string ({target!r})")
-    return TargetInstance(id=instance_id, context=task.fewshot_context(doc, num_shots), target=target)
+    return TargetInstance(id=instance_id, context=prompt(task, doc, num_shots), target=target)
 
 
 def _with_file_hashes(dataset_kwargs: Optional[Dict[str, Any]]) -> Any:

@@ -89,10 +89,27 @@ def workers_forked_from_a_preloaded_server(tango_logging):
 
 
 @pytest.fixture(scope="session")
-def mistral_llama(tmp_path_factory) -> str:
-    """``rc::`` spec of a tiny random Llama with Mistral-7B v0.1's BOS-adding tokenizer (built
-    offline from the ``mistral-common`` wheel: tests/tiny_models.py)."""
-    from .tiny_models import mistral_tokenizer, tiny_llama
+def mistral_tokenizer_path(tmp_path_factory) -> Path:
+    """Mistral-7B v0.1's BOS-adding tokenizer (built offline from the ``mistral-common`` wheel:
+    tests/tiny_models.py)."""
+    from .tiny_models import mistral_tokenizer
 
-    tokenizer = mistral_tokenizer(tmp_path_factory.mktemp("mistral-tokenizer"))
-    return f"rc::{tiny_llama(tmp_path_factory.mktemp('mistral-llama'), tokenizer)}"
+    return mistral_tokenizer(tmp_path_factory.mktemp("mistral-tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def mistral_llama(tmp_path_factory, mistral_tokenizer_path) -> str:
+    """``rc::`` spec of a tiny random Llama with Mistral-7B v0.1's tokenizer."""
+    from .tiny_models import tiny_llama
+
+    return f"rc::{tiny_llama(tmp_path_factory.mktemp('mistral-llama'), mistral_tokenizer_path)}"
+
+
+@pytest.fixture(scope="session")
+def chat_llama(tmp_path_factory, mistral_tokenizer_path) -> str:
+    """The same tiny Llama (same weights) with chat templates: Zephyr's by default, Mistral
+    Instruct's as ``mistral`` (tests/tiny_models.py)."""
+    from .tiny_models import chat_tokenizer, tiny_llama
+
+    tokenizer = chat_tokenizer(tmp_path_factory.mktemp("chat-tokenizer"), mistral_tokenizer_path)
+    return f"rc::{tiny_llama(tmp_path_factory.mktemp('chat-llama'), tokenizer)}"

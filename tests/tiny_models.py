@@ -46,3 +46,32 @@ def tiny_llama(directory: Path, tokenizer: Path, window: int = 128, seed: int = 
     model.save_pretrained(directory)
     tok.save_pretrained(directory)
     return directory
+
+
+#: HuggingFaceH4/zephyr-7b-beta's chat template (a Mistral-7B fine-tune, so Mistral's tokenizer):
+#: system, user and assistant turns, each closed by EOS.
+ZEPHYR_TEMPLATE = (
+    "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + "
+    "eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}\n"
+    "{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n{% endif %}\n"
+    "{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}"
+)
+#: mistralai/Mistral-7B-Instruct-v0.1's: BOS written by the template itself, no system turn.
+MISTRAL_INSTRUCT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token + ' ' }}"
+    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}"
+)
+
+
+def chat_tokenizer(directory: Path, base: Path) -> Path:
+    """``base`` (Mistral's tokenizer) with Zephyr's chat template as its default and Mistral
+    Instruct's as the template named ``mistral``."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    tokenizer.chat_template = {"default": ZEPHYR_TEMPLATE, "mistral": MISTRAL_INSTRUCT_TEMPLATE}
+    tokenizer.save_pretrained(directory)
+    return directory

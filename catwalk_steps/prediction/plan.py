@@ -19,6 +19,7 @@ from ..models.finetuned import FinetunedModel
 from ..models.loading import ModelSpec, context_window
 from ..storage.hashing import fingerprint
 from ..tasks import Task
+from .chat import ChatSettings
 from .choice_records import choice_queries, choice_records
 from .generation_records import generation_records, generation_requests
 from .perplexity_records import document_queries, perplexity_records, target_queries, target_records
@@ -46,6 +47,7 @@ class PredictionPlan:
     devices: List[torch.device]
     dtype: torch.dtype
     unconditioned: bool
+    chat: Optional[ChatSettings]
     max_batch_size: int
     max_batch_tokens: int
     journals: Optional[Path]
@@ -71,8 +73,13 @@ def predictions(plan: PredictionPlan) -> Records:
 
 
 def _records(plan: PredictionPlan) -> Records:
-    instances = plan.task.instances(plan.split, plan.limit)  # a bad data file fails before anything is loaded
-    conventions = plan.spec.conventions()
+    if plan.chat is None:
+        instances = plan.task.instances(plan.split, plan.limit)  # a bad data file fails before anything is loaded
+        conventions = plan.spec.conventions()
+    else:  # the prompts need the tokenizer's template
+        conventions = plan.spec.conventions()
+        chat = plan.chat.format(plan.spec, conventions.tokenizer)
+        instances = plan.task.instances(plan.split, plan.limit, chat=chat)
     with nullcontext(plan.journals) if plan.journals else TemporaryDirectory(prefix="catwalk-predict-") as journals:
         compute: Compute = partial(_computed, plan, Path(journals), conventions.pad_token_id, len(instances))
         if plan.task.REQUEST_TYPE == "generate_until":

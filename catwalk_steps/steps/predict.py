@@ -14,6 +14,7 @@ from tango.step import StepResources
 from ..distributed.devices import check_device_setting, gpu_count, worker_devices
 from ..models.finetuned import FinetunedModel
 from ..models.loading import ModelSpec, with_model_names
+from ..prediction.chat import ChatSettings, check_chat_settings
 from ..prediction.plan import PredictionPlan, predictions
 from ..storage.atomic import AtomicJsonFormat
 from ..tango_fixes.class_paths import keep_class_path
@@ -54,7 +55,9 @@ class PredictStep(Step):
     VERSION = "cw3"  # cw2: num_chars without the target delimiter; group; margin. cw3: unconditioned
     FORMAT = AtomicJsonFormat()
     SKIP_ID_ARGUMENTS = {"device", "device_count", "max_batch_size", "max_batch_tokens"}
-    SKIP_DEFAULT_ARGUMENTS = {"add_bos_token": None}
+    SKIP_DEFAULT_ARGUMENTS = {
+        "add_bos_token": None, "apply_chat_template": False, "system_instruction": None, "fewshot_as_multiturn": None,
+    }
 
     @classmethod
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -66,6 +69,7 @@ class PredictStep(Step):
             raise ConfigurationError(f"dtype must be one of {', '.join(DTYPES)}, got {kwargs['dtype']!r}")
         if isinstance(kwargs.get("model"), str):
             ModelSpec.parse(kwargs["model"])
+        check_chat_settings(kwargs)
         return with_model_names(kwargs)
 
     @property
@@ -86,6 +90,9 @@ class PredictStep(Step):
         limit: Optional[int] = None,
         tokenizer: Optional[str] = None,
         add_bos_token: Optional[bool] = None,
+        apply_chat_template: Union[bool, str] = False,
+        system_instruction: Optional[str] = None,
+        fewshot_as_multiturn: Optional[bool] = None,
         device: str = "auto",
         device_count: int = 1,
         dtype: str = "float32",
@@ -100,6 +107,13 @@ class PredictStep(Step):
             tokenizer's own (Llama, Mistral and Gemma add BOS), as lm-evaluation-harness 0.4.13 at its
             defaults; ``true``/``false`` force them on or off. Unset for a fine-tuned model: the
             setting it was trained with.
+        :param apply_chat_template: prompts as conversations in the tokenizer's chat template
+            (``true``) or the one of its templates so named, as lm-evaluation-harness's
+            ``--apply_chat_template`` builds them (:mod:`..tasks.chat`): for multiple-choice and
+            generative tasks, native and ``lm_eval`` alike.
+        :param system_instruction: with a template, the system turn (before the task's description).
+        :param fewshot_as_multiturn: with a template, each demonstration a user and an assistant turn
+            (unset: ``true``, as lm-evaluation-harness 0.4.10+), else all folded into one user turn.
         :param device: ``"auto"`` (CUDA if present, else CPU), or a torch device such as ``"cuda:1"``;
             with several workers ``"auto"``, ``"cuda"`` or ``"cpu"``.
         :param device_count: workers scoring the split: CUDA devices 0..N-1, or CPU processes
@@ -120,6 +134,7 @@ class PredictStep(Step):
         return predictions(PredictionPlan(
             spec=spec, finetuned=finetuned,
             task=task, split=split, limit=limit, devices=worker_devices(device, device_count), dtype=DTYPES[dtype],
-            unconditioned=unconditioned, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
+            unconditioned=unconditioned, chat=ChatSettings.of(apply_chat_template, system_instruction, fewshot_as_multiturn),
+            max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
             journals=self.work_dir_for_run,  # None when run() is called directly
         ))

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple, TypeVar, Union
 
 from tango.common.exceptions import ConfigurationError
 
+from .chat import ChatFormat
 from .instance import GenerationInstance, MCInstance
 
 #: An instance that takes demonstrations: multiple choice or generative.
@@ -61,32 +62,40 @@ def fewshot_key(task: DemonstrationSource) -> Tuple[Any, ...]:
     return task.num_shots, task.fewshot_split, task.fewshot_seed, task.FEWSHOT_SAMPLER, SEPARATOR
 
 
-def prompted_instances(task: DemonstrationSource, split: str, limit: Optional[int]) -> List[Any]:
+def prompted_instances(
+    task: DemonstrationSource, split: str, limit: Optional[int], chat: Optional[ChatFormat] = None
+) -> List[Any]:
     """The instances of ``task``'s ``split`` in file order (the first ``limit`` of them if given),
-    with the task's demonstrations before each: what a multiple-choice and a generative task
-    both make of their rows."""
+    with the task's demonstrations before each, in plain text joined by :data:`SEPARATOR` or, with
+    ``chat``, as a conversation (:mod:`.chat`): what a multiple-choice and a generative task both
+    make of their rows."""
     rows, source = task.load_rows(split)
     numbers = task.row_numbers(rows, source)
     if limit is not None:
         numbers = numbers[:limit]
     instances = [task.instance(rows, source, split, n) for n in numbers]
-    return add_demonstrations(task, split, numbers, instances) if task.num_shots else instances
+    if not task.num_shots and chat is None:
+        return instances
+    chosen = demonstrations(task, split, numbers, instances) if task.num_shots else [[] for _ in instances]
+    if chat is None:
+        return [i.with_prefix("".join(d.demonstration() + SEPARATOR for d in ds)) for i, ds in zip(instances, chosen)]
+    as_chat = {MCInstance: chat.multiple_choice, GenerationInstance: chat.generation}
+    return [as_chat[type(i)](i, ds) for i, ds in zip(instances, chosen)]
 
 
-def add_demonstrations(
+def demonstrations(
     task: DemonstrationSource, split: str, numbers: List[int], instances: List[Demonstrable]
-) -> List[Demonstrable]:
-    """``instances`` (of rows ``numbers`` of ``split``) with ``task.num_shots`` demonstrations
-    from ``task.fewshot_split`` before each context (and each choice context), joined by
-    :data:`SEPARATOR`. An instance of the few-shot split never demonstrates itself; with
-    ``GROUP_FIELD``, demonstrations come from the instance's own group."""
+) -> List[List[Demonstrable]]:
+    """The ``task.num_shots`` demonstrations from ``task.fewshot_split`` of each of ``instances``
+    (of rows ``numbers`` of ``split``). An instance of the few-shot split never demonstrates
+    itself; with ``GROUP_FIELD``, demonstrations come from the instance's own group."""
     rows, source = task.load_rows(task.fewshot_split)
     candidates = task.row_numbers(rows, source)  # checks the rows first
     groups = list(rows[task.GROUP_FIELD]) if task.GROUP_FIELD else None
     pools: Dict[Optional[str], List[int]] = {}
     for number in candidates:
         pools.setdefault(groups[number] if groups else None, []).append(number)
-    demonstrations: Dict[int, str] = {}
+    solved: Dict[int, Demonstrable] = {}
     result = []
     for own_row, instance in zip(numbers, instances):
         exclude = own_row if split == task.fewshot_split else None
@@ -99,8 +108,7 @@ def add_demonstrations(
                 f"'{task.fewshot_split}' has only {len(chosen)} to offer{where} (from {source})"
             )
         for number in chosen:
-            if number not in demonstrations:
-                demonstrations[number] = task.instance(rows, source, task.fewshot_split, number).demonstration()
-        prefix = "".join(demonstrations[number] + SEPARATOR for number in chosen)
-        result.append(instance.with_prefix(prefix))
+            if number not in solved:
+                solved[number] = task.instance(rows, source, task.fewshot_split, number)
+        result.append([solved[number] for number in chosen])
     return result

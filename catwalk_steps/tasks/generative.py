@@ -14,6 +14,7 @@ from tango.common.exceptions import ConfigurationError
 
 from .answer_match import squad_scores
 from .base import Task
+from .chat import ChatFormat
 from .fewshot import check_shots, fewshot_key, prompted_instances
 from .instance import GenerationInstance, Row
 
@@ -96,8 +97,10 @@ class GenerativeTask(Task):
         fewshot = fewshot_key(self) if self.num_shots else None
         return (type(self).__name__, self.VERSION, self.until, self.max_new_tokens, self.data_source(), fewshot)
 
-    def instances(self, split: str, limit: Optional[int] = None) -> List[GenerationInstance]:
-        return prompted_instances(self, split, limit)
+    def instances(
+        self, split: str, limit: Optional[int] = None, chat: Optional[ChatFormat] = None
+    ) -> List[GenerationInstance]:
+        return prompted_instances(self, split, limit, chat)
 
     def row_numbers(self, rows: "datasets.Dataset", source: str) -> List[int]:
         return list(range(len(rows)))

@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from tango.common.exceptions import ConfigurationError
 
 from ..storage.hashing import sha256_of_file
+from .chat import ChatFormat
 from .generative import check_generation_settings
 from .instance import DataError, DocumentInstance, GenerationInstance, MCInstance, TargetInstance
 from .task import MultipleChoiceTask
@@ -197,7 +198,10 @@ class LmEvalTask(MultipleChoiceTask):
         return (type(self).__name__, self.VERSION, importlib.metadata.version("lm_eval"), self.name, include, source,
                 (self.num_shots, self.fewshot_seed))
 
-    def instances(self, split: str, limit: Optional[int] = None) -> List[Any]:
+    def instances(self, split: str, limit: Optional[int] = None, chat: Optional[ChatFormat] = None) -> List[Any]:
+        """The documents of ``split`` (the first ``limit``) as lm-evaluation-harness's evaluator
+        makes them into requests; with ``chat``, as under its ``--apply_chat_template``,
+        ``--system_instruction`` and ``--fewshot_as_multiturn``."""
         docs = self._docs(split)
         task = self.harness_task
         task.set_fewshot_seed(self.fewshot_seed)  # as lm-evaluation-harness's evaluator, before each build
@@ -206,16 +210,17 @@ class LmEvalTask(MultipleChoiceTask):
             check_mean_aggregation(self.name, task)
             settings = greedy_generation(self.name, task.config.generation_kwargs, task.config.repeats or 1)
             return [
-                generation_instance(task, docs[n], f"{split}/{n}", self.num_shots, settings) for n in range(count)
+                generation_instance(task, docs[n], f"{split}/{n}", self.num_shots, settings, chat)
+                for n in range(count)
             ]
         if self.REQUEST_TYPE == "loglikelihood_rolling":
             check_aggregations(self.name, task, ROLLING_AGGREGATIONS)
             return [document_instance(self.name, task, docs[n], f"{split}/{n}", n + 1) for n in range(count)]
         if self.REQUEST_TYPE == "loglikelihood":
             check_aggregations(self.name, task, TARGET_AGGREGATIONS)
-            return [target_instance(self.name, task, docs[n], f"{split}/{n}", n + 1, self.num_shots)
+            return [target_instance(self.name, task, docs[n], f"{split}/{n}", n + 1, self.num_shots, chat)
                     for n in range(count)]
-        return [self._instance(task, docs[n], f"{split}/{n}", n + 1) for n in range(count)]
+        return [self._instance(task, docs[n], f"{split}/{n}", n + 1, chat) for n in range(count)]
 
     def _docs(self, split: str) -> Any:
         if split not in self.splits:
@@ -231,10 +236,13 @@ class LmEvalTask(MultipleChoiceTask):
         docs = {split: self._docs(split) for split in {split for split, _ in places}}
         return harness_scores(self.harness_task, [docs[split][int(n)] for split, n in places], generations)
 
-    def _instance(self, task, doc: Dict[str, Any], instance_id: str, row: int) -> MCInstance:
-        context = prompt(task, doc, self.num_shots)
+    def _instance(self, task, doc: Dict[str, Any], instance_id: str, row: int, chat: Optional[ChatFormat]) -> MCInstance:
+        context = prompt(task, doc, self.num_shots, chat)
         choices = task.doc_to_choice(doc)
         delimiter = task.config.target_delimiter
+        if chat is not None:  # the answer follows the assistant's turn, or its gen_prefix
+            gen_prefix = task.config.gen_prefix
+            delimiter = delimiter if gen_prefix and not gen_prefix[-1].isspace() else ""
         gold = task.doc_to_text(doc) if task.multiple_input else task.doc_to_target(doc)
         if isinstance(gold, str):
             gold = choices.index(gold) if gold in choices else -1
@@ -260,15 +268,20 @@ def task_shots(name: str, config: Dict[str, Any]) -> int:
     return shots
 
 
-def prompt(task: Any, doc: Dict[str, Any], num_shots: int) -> Any:
+def prompt(task: Any, doc: Dict[str, Any], num_shots: int, chat: Optional[ChatFormat] = None) -> Any:
     """The document's context as lm-evaluation-harness's evaluator builds it (``build_all_requests``:
-    ``fewshot_context`` with the document's ``gen_prefix``)."""
+    ``fewshot_context`` with the document's ``gen_prefix``, and the chat settings)."""
     prefix = task.doc_to_prefix(doc)
-    return task.fewshot_context(doc, num_shots, **({"gen_prefix": prefix} if prefix else {}))
+    settings: Dict[str, Any] = {"gen_prefix": prefix} if prefix else {}
+    if chat is not None:
+        settings.update(system_instruction=chat.system_instruction, apply_chat_template=True,
+                        fewshot_as_multiturn=chat.multiturn, chat_template=chat.render)
+    return task.fewshot_context(doc, num_shots, **settings)
 
 
 def generation_instance(
-    task: Any, doc: Dict[str, Any], instance_id: str, num_shots: int, settings: Dict[str, Any]
+    task: Any, doc: Dict[str, Any], instance_id: str, num_shots: int, settings: Dict[str, Any],
+    chat: Optional[ChatFormat] = None,
 ) -> GenerationInstance:
     """A ``generate_until`` document as lm-evaluation-harness's request for it: the few-shot
     context and the task's stop strings and budget; its targets as references (for the record
@@ -278,7 +291,7 @@ def generation_instance(
         target = task.doc_to_choice(doc)[target]
     references = [str(t) for t in target] if isinstance(target, list) else [str(target)]
     return GenerationInstance(
-        id=instance_id, prompt=prompt(task, doc, num_shots), references=references,
+        id=instance_id, prompt=prompt(task, doc, num_shots, chat), references=references,
         target_delimiter=task.config.target_delimiter, **settings,
     )
 
@@ -371,14 +384,14 @@ def document_instance(name: str, task: Any, doc: Dict[str, Any], instance_id: st
     return DocumentInstance(id=instance_id, text=text, **counts)
 
 
-def target_instance(name: str, task: Any, doc: Dict[str, Any], instance_id: str, row: int, num_shots: int
-                    ) -> TargetInstance:
+def target_instance(name: str, task: Any, doc: Dict[str, Any], instance_id: str, row: int, num_shots: int,
+                    chat: Optional[ChatFormat] = None) -> TargetInstance:
     """A ``loglikelihood`` document as lm-evaluation-harness's request for it: the few-shot
     context and the ``doc_to_target`` continuation."""
     target = task.doc_to_target(doc)
     if not isinstance(target, str) or not target:
         raise DataError(f"lm_eval task {name!r}: document {row}: the target is empty or not a string ({target!r})")
-    return TargetInstance(id=instance_id, context=prompt(task, doc, num_shots), target=target)
+    return TargetInstance(id=instance_id, context=prompt(task, doc, num_shots, chat), target=target)
 
 
 def _with_file_hashes(dataset_kwargs: Optional[Dict[str, Any]]) -> Any:

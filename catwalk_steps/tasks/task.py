@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 from tango.common.exceptions import ConfigurationError
 
 from .base import Task
+from .chat import ChatFormat
 from .fewshot import check_shots, fewshot_key, prompted_instances
 from .formulation import lettered, without_answer_cue
 from .instance import MCInstance, Row
@@ -96,9 +97,10 @@ class MultipleChoiceTask(Task):
             prompting["fewshot"] = fewshot_key(self)
         return key + (prompting,) if prompting else key
 
-    def instances(self, split: str, limit: Optional[int] = None) -> List[MCInstance]:
-        """The instances of ``split`` in file order, the first ``limit`` of them if given."""
-        return prompted_instances(self, split, limit)
+    def instances(self, split: str, limit: Optional[int] = None, chat: Optional[ChatFormat] = None) -> List[MCInstance]:
+        """The instances of ``split`` in file order, the first ``limit`` of them if given; with
+        ``chat``, their prompts as conversations (:mod:`.chat`)."""
+        return prompted_instances(self, split, limit, chat)
 
     def row_numbers(self, rows: "datasets.Dataset", source: str) -> List[int]:
         """Which rows of a split make instances: all of them, unless a task selects some."""

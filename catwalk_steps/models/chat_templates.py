@@ -1,0 +1,55 @@
+"""A tokenizer's chat template as the function that renders conversations to prompt text
+(:data:`catwalk_steps.tasks.chat.Render`), as lm-evaluation-harness 0.4.13's
+``HFLM.apply_chat_template`` calls it: ``tokenize=False``, the generation prompt unless the
+assistant's turn is already begun (then ``continue_final_message``), and, where the template
+refuses a system turn, the conversation again without it."""
+
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Union
+
+from tango.common.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+
+def template_names(tokenizer: "PreTrainedTokenizerBase") -> List[str]:
+    """The names of the templates a tokenizer carries (``default`` for a single one)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        return sorted(template)
+    return ["default"] if template else []
+
+
+def check_chat_template(tokenizer: "PreTrainedTokenizerBase", template: Union[bool, str], model: str) -> None:
+    """Raises unless ``tokenizer`` has the template asked for (``True``: its own)."""
+    names = template_names(tokenizer)
+    if not names:
+        raise ConfigurationError(
+            f"apply_chat_template: the tokenizer of {model} has no chat template (a base model's tokenizer "
+            "usually has none): leave apply_chat_template unset, or use an instruction-tuned model's tokenizer"
+        )
+    if isinstance(template, str) and template not in names:
+        raise ConfigurationError(
+            f"apply_chat_template: the tokenizer of {model} has no chat template named {template!r} "
+            f"(has: {', '.join(names)}); write true for its default"
+        )
+
+
+def chat_renderer(
+    tokenizer: "PreTrainedTokenizerBase", template: Union[bool, str]
+) -> Callable[..., str]:
+    """``render(messages, add_generation_prompt=True)``: the conversation as ``tokenizer``'s
+    template (``True``: its default; a name: that one of its templates) writes it."""
+    import jinja2
+
+    name: Optional[str] = template if isinstance(template, str) and template != "default" else None
+
+    def render(messages: List[Dict[str, str]], add_generation_prompt: bool = True) -> str:
+        settings = dict(tokenize=False, add_generation_prompt=add_generation_prompt,
+                        continue_final_message=not add_generation_prompt, chat_template=name)
+        try:
+            return tokenizer.apply_chat_template(messages, **settings)
+        except jinja2.exceptions.TemplateError:  # e.g. Gemma's and Mistral's refuse a system turn
+            return tokenizer.apply_chat_template([m for m in messages if m["role"] != "system"], **settings)
+
+    return render

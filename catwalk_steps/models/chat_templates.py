@@ -4,7 +4,7 @@
 assistant's turn is already begun (then ``continue_final_message``), and, where the template
 refuses a system turn, the conversation again without it."""
 
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 from tango.common.exceptions import ConfigurationError
 
@@ -33,6 +33,26 @@ def check_chat_template(tokenizer: "PreTrainedTokenizerBase", template: Union[bo
             f"apply_chat_template: the tokenizer of {model} has no chat template named {template!r} "
             f"(has: {', '.join(names)}); write true for its default"
         )
+
+
+def check_model_template(kwargs: Dict[str, Any]) -> None:
+    """At graph build, for a step with ``apply_chat_template``: raises unless the tokenizer of its
+    ``model`` (a spec, or a fine-tuning step's base model) has the template, where that tokenizer
+    is on this machine (a hub model not downloaded yet is checked when it is)."""
+    from .loading import ModelSpec
+
+    template = kwargs.get("apply_chat_template", False)
+    model = kwargs.get("model")
+    if not isinstance(model, str):
+        model = getattr(model, "kwargs", {}).get("model")
+    if template is False or not isinstance(model, str):
+        return
+    spec = ModelSpec.parse(model, tokenizer=kwargs.get("tokenizer"))
+    try:
+        tokenizer = spec.load_tokenizer(local_files_only=True)
+    except ConfigurationError:
+        return
+    check_chat_template(tokenizer, template, spec.pretrained)
 
 
 def chat_renderer(

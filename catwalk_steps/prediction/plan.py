@@ -16,10 +16,11 @@ import torch
 from tango.common.exceptions import ConfigurationError
 
 from ..models.finetuned import FinetunedModel
+from ..models.chat_templates import chat_renderer, check_chat_template
 from ..models.loading import ModelSpec, context_window
 from ..storage.hashing import fingerprint
 from ..tasks import Task
-from .chat import ChatSettings
+from ..tasks.chat import ChatSettings
 from .choice_records import choice_queries, choice_records
 from .generation_records import generation_records, generation_requests
 from .perplexity_records import document_queries, perplexity_records, target_queries, target_records
@@ -78,7 +79,8 @@ def _records(plan: PredictionPlan) -> Records:
         conventions = plan.spec.conventions()
     else:  # the prompts need the tokenizer's template
         conventions = plan.spec.conventions()
-        chat = plan.chat.format(plan.spec, conventions.tokenizer)
+        check_chat_template(conventions.tokenizer, plan.chat.template, plan.spec.pretrained)
+        chat = plan.chat.format(chat_renderer(conventions.tokenizer, plan.chat.template))
         instances = plan.task.instances(plan.split, plan.limit, chat=chat)
     with nullcontext(plan.journals) if plan.journals else TemporaryDirectory(prefix="catwalk-predict-") as journals:
         compute: Compute = partial(_computed, plan, Path(journals), conventions.pad_token_id, len(instances))

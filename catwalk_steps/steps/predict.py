@@ -12,13 +12,14 @@ from tango.common.exceptions import ConfigurationError
 from tango.step import StepResources
 
 from ..distributed.devices import check_device_setting, gpu_count, worker_devices
+from ..models.chat_templates import check_model_template
 from ..models.finetuned import FinetunedModel
 from ..models.loading import ModelSpec, with_model_names
-from ..prediction.chat import ChatSettings, check_chat_settings
 from ..prediction.plan import PredictionPlan, predictions
 from ..storage.atomic import AtomicJsonFormat
 from ..tango_fixes.class_paths import keep_class_path
 from ..tasks import Task
+from ..tasks.chat import ChatSettings, check_chat_settings
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -69,7 +70,8 @@ class PredictStep(Step):
             raise ConfigurationError(f"dtype must be one of {', '.join(DTYPES)}, got {kwargs['dtype']!r}")
         if isinstance(kwargs.get("model"), str):
             ModelSpec.parse(kwargs["model"])
-        check_chat_settings(kwargs)
+        check_chat_settings(kwargs, [kwargs.get("task")])
+        check_model_template(kwargs)
         return with_model_names(kwargs)
 
     @property

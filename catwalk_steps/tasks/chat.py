@@ -12,7 +12,9 @@ delimiter is dropped (lm-evaluation-harness's rule, for tasks without a ``gen_pr
 """
 
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from tango.common.exceptions import ConfigurationError
 
 from .instance import GenerationInstance, MCInstance
 
@@ -20,6 +22,59 @@ from .instance import GenerationInstance, MCInstance
 Render = Callable[[List[Dict[str, str]], bool], str]
 #: A demonstration: its question, the delimiter before its answer (in plain text), its answer.
 Turn = Tuple[str, str, str]
+#: The request types whose prompts can be conversations: a perplexity document has no prompt.
+CHAT_REQUEST_TYPES = ("multiple_choice", "generate_until")
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    """A step's chat settings (lm-evaluation-harness's ``--apply_chat_template``,
+    ``--system_instruction``, ``--fewshot_as_multiturn``). ``template``: ``True`` for the
+    tokenizer's own chat template, or the name of one it carries; ``system_instruction``: the
+    system turn (before the task's description); ``multiturn``: demonstrations as turns of their
+    own (lm-evaluation-harness 0.4.10+'s default under a template), else folded into one user turn."""
+
+    template: Union[bool, str]
+    system_instruction: Optional[str] = None
+    multiturn: bool = True
+
+    @classmethod
+    def of(cls, apply_chat_template: Union[bool, str], system_instruction: Optional[str] = None,
+           fewshot_as_multiturn: Optional[bool] = None) -> Optional["ChatSettings"]:
+        """The settings of a step's arguments; ``None`` without a template."""
+        if apply_chat_template is False:
+            return None
+        multiturn = True if fewshot_as_multiturn is None else fewshot_as_multiturn
+        return cls(apply_chat_template, system_instruction, multiturn)
+
+    def format(self, render: "Render") -> "ChatFormat":
+        return ChatFormat(render, self.system_instruction, self.multiturn)
+
+
+def check_chat_settings(kwargs: Dict[str, Any], tasks: Sequence[Any]) -> None:
+    """Raises at graph build for chat settings that cannot be met: wrong types, settings that need
+    a template without one, a task whose requests have no prompt, ``unconditioned`` scoring."""
+    template = kwargs.get("apply_chat_template", False)
+    if not isinstance(template, (bool, str)) or template == "":
+        raise ConfigurationError(f"apply_chat_template must be true, false or a template's name, got {template!r}")
+    if kwargs.get("system_instruction") is not None and not isinstance(kwargs["system_instruction"], str):
+        raise ConfigurationError(f"system_instruction must be a string, got {kwargs['system_instruction']!r}")
+    if kwargs.get("fewshot_as_multiturn") not in (None, True, False):
+        raise ConfigurationError(f"fewshot_as_multiturn must be true or false, got {kwargs['fewshot_as_multiturn']!r}")
+    if template is False:
+        for name in ("system_instruction", "fewshot_as_multiturn"):
+            if kwargs.get(name) is not None:
+                raise ConfigurationError(f"{name} is a chat setting: set apply_chat_template too")
+        return
+    for task in tasks:
+        kind = getattr(task, "REQUEST_TYPE", None)
+        if kind is not None and kind not in CHAT_REQUEST_TYPES:
+            raise ConfigurationError(
+                f"apply_chat_template: {type(task).__name__} makes {kind} requests, which have no prompt to put "
+                f"in a conversation (chat templates apply to {', '.join(CHAT_REQUEST_TYPES)})"
+            )
+    if kwargs.get("unconditioned"):
+        raise ConfigurationError("unconditioned scoring (acc_uncond) has no chat form: leave it off with apply_chat_template")
 
 
 @dataclass(frozen=True)

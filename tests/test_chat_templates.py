@@ -139,16 +139,18 @@ def test_native_demonstrations_are_turns_or_one_folded_turn(tmp_path):
             "validation": str(write_jsonl(tmp_path / "validation.jsonl", rows[:1]))}
     task = GenerationTask(data_files=data, num_shots=2, fewshot_split="train")
     seen = []
-    chat = ChatFormat(lambda messages, add_generation_prompt=True: seen.append(messages) or "rendered", "Sys", True)
+    chat = ChatFormat(lambda messages, *_, **__: seen.append(messages) or "rendered", "Sys", True)
     (instance,) = task.instances("validation", chat=chat)
     assert instance.prompt == "rendered"
     roles = [m["role"] for m in seen[-1]]
-    assert roles == ["system", "user", "assistant", "user", "assistant", "user"]
-    assert seen[-1][-1]["content"] == "Q: 0 + 0?" and seen[-1][2]["content"] in {"2", "4", "6"}
+    prompt = seen[-2]  # rendered to prompt, then with the answer closing it
+    assert [m["role"] for m in prompt] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert prompt[-1]["content"] == "Q: 0 + 0?" and prompt[2]["content"] in {"2", "4", "6"}
+    assert seen[-1] == prompt + [{"role": "assistant", "content": "0"}]
     folded = ChatFormat(chat.render, None, False)
     (plain,) = task.instances("validation")
     task.instances("validation", chat=folded)
-    assert seen[-1] == [{"role": "user", "content": plain.prompt}]  # the plain prompt, one user turn
+    assert seen[-2] == [{"role": "user", "content": plain.prompt}]  # the plain prompt, one user turn
 
 
 def test_settings_that_cannot_be_met_are_refused_at_graph_build(mistral_llama, chat_llama, tmp_path):

@@ -111,7 +111,7 @@ def test_an_answer_longer_than_the_window_is_refused_before_training(tmp_path, w
     rows = [{"prompt": "Question: What do you use to cut the box?\nAnswer:", "answers": [" ".join(["a knife"] * 40)]}]
     path = write_jsonl(tmp_path / "long.jsonl", rows * 8)
     task = GenerationTask(data_files={"train": str(path), "validation": str(path)}, max_new_tokens=8)
-    with pytest.raises(ConfigurationError, match="Instance train/0: its answer and EOS make .* tokens, more than"):
+    with pytest.raises(ConfigurationError, match="Instance train/0: its answer and its end .* make .* tokens, more than"):
         finetune(task, train_limit=None).result(workspace)
 
 

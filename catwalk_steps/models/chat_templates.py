@@ -55,18 +55,28 @@ def check_model_template(kwargs: Dict[str, Any]) -> None:
     check_chat_template(tokenizer, template, spec.pretrained)
 
 
+def template_renderer(tokenizer: "PreTrainedTokenizerBase", template: Union[bool, str], model: str) -> Callable[..., str]:
+    """:func:`chat_renderer` of a template checked to exist (:func:`check_chat_template`)."""
+    check_chat_template(tokenizer, template, model)
+    return chat_renderer(tokenizer, template)
+
+
 def chat_renderer(
     tokenizer: "PreTrainedTokenizerBase", template: Union[bool, str]
 ) -> Callable[..., str]:
-    """``render(messages, add_generation_prompt=True)``: the conversation as ``tokenizer``'s
-    template (``True``: its default; a name: that one of its templates) writes it."""
+    """``render(messages, add_generation_prompt=True, continue_final_message=None)``: the
+    conversation as ``tokenizer``'s template (``True``: its default; a name: that one of its
+    templates) writes it (:data:`catwalk_steps.tasks.chat.Render`)."""
     import jinja2
 
     name: Optional[str] = template if isinstance(template, str) and template != "default" else None
 
-    def render(messages: List[Dict[str, str]], add_generation_prompt: bool = True) -> str:
+    def render(messages: List[Dict[str, str]], add_generation_prompt: bool = True,
+               continue_final_message: Optional[bool] = None) -> str:
+        if continue_final_message is None:  # lm-evaluation-harness's: an assistant turn begun is continued
+            continue_final_message = not add_generation_prompt
         settings = dict(tokenize=False, add_generation_prompt=add_generation_prompt,
-                        continue_final_message=not add_generation_prompt, chat_template=name)
+                        continue_final_message=continue_final_message, chat_template=name)
         try:
             return tokenizer.apply_chat_template(messages, **settings)
         except jinja2.exceptions.TemplateError:  # e.g. Gemma's and Mistral's refuse a system turn

@@ -16,7 +16,7 @@ import torch
 from tango.common.exceptions import ConfigurationError
 
 from ..models.finetuned import FinetunedModel
-from ..models.chat_templates import chat_renderer, check_chat_template
+from ..models.chat_templates import template_renderer
 from ..models.loading import ModelSpec, context_window
 from ..storage.hashing import fingerprint
 from ..tasks import Task
@@ -79,8 +79,7 @@ def _records(plan: PredictionPlan) -> Records:
         conventions = plan.spec.conventions()
     else:  # the prompts need the tokenizer's template
         conventions = plan.spec.conventions()
-        check_chat_template(conventions.tokenizer, plan.chat.template, plan.spec.pretrained)
-        chat = plan.chat.format(chat_renderer(conventions.tokenizer, plan.chat.template))
+        chat = plan.chat.format(template_renderer(conventions.tokenizer, plan.chat.template, plan.spec.pretrained))
         instances = plan.task.instances(plan.split, plan.limit, chat=chat)
     with nullcontext(plan.journals) if plan.journals else TemporaryDirectory(prefix="catwalk-predict-") as journals:
         compute: Compute = partial(_computed, plan, Path(journals), conventions.pad_token_id, len(instances))

@@ -6,7 +6,7 @@ trains on this node's workers."""
 import inspect
 import shutil
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from tango import Step
 from tango.common.lazy import Lazy
@@ -63,7 +63,7 @@ class FinetuneStep(Step):
     # New settings left at their defaults (today's training) keep existing keys.
     SKIP_DEFAULT_ARGUMENTS = {
         "optimizer": None, "lr_scheduler": None, "patience": None, "decay_biases_and_norms": False,
-        "val_metric": None, "add_bos_token": None,
+        "val_metric": None, "add_bos_token": None, "apply_chat_template": False,
     }
     METADATA = {"artifact_kind": "model"}
 
@@ -83,6 +83,7 @@ class FinetuneStep(Step):
         *,
         tokenizer: Optional[str] = None,
         add_bos_token: Optional[bool] = None,
+        apply_chat_template: Union[bool, str] = False,
         config_overrides: Optional[Dict[str, Any]] = None,
         adapter: Optional[Adapter] = None,
         precision: str = "32",

@@ -18,8 +18,10 @@ from tango.common.exceptions import ConfigurationError
 
 from .instance import GenerationInstance, MCInstance
 
-#: ``render(messages, add_generation_prompt)``: a conversation as the model's chat template writes it.
-Render = Callable[[List[Dict[str, str]], bool], str]
+#: ``render(messages, add_generation_prompt, continue_final_message=None)``: a conversation as the
+#: model's chat template writes it; ``continue_final_message`` defaults to ``not add_generation_prompt``
+#: (lm-evaluation-harness's call), and ``False`` with a closing assistant turn writes that turn whole.
+Render = Callable[..., str]
 #: A demonstration: its question, the delimiter before its answer (in plain text), its answer.
 Turn = Tuple[str, str, str]
 #: The request types whose prompts can be conversations: a perplexity document has no prompt.
@@ -119,9 +121,37 @@ class ChatFormat:
         )
 
     def generation(self, instance: GenerationInstance, demonstrations: Sequence[GenerationInstance]) -> GenerationInstance:
-        """A zero-shot generative ``instance`` with its ``demonstrations``, as a conversation."""
-        turns = [(d.prompt, d.target_delimiter, d.references[0]) for d in demonstrations]
-        return replace(instance, prompt=self.prompt("", turns, instance.prompt))
+        """A zero-shot generative ``instance`` with its ``demonstrations``, as a conversation: its
+        prompt what precedes the answer, its ``chat_turns`` the answers to learn. A conversational
+        instance is its own conversation: every assistant turn is learnt, the last generated."""
+        if instance.messages is None:
+            turns = [(d.prompt, d.target_delimiter, d.references[0]) for d in demonstrations]
+            messages = self.messages("", turns, instance.prompt)
+            return self._learning(instance, messages + [{"role": "assistant", "content": instance.references[0]}])
+        if demonstrations:
+            raise ConfigurationError(
+                f"Instance {instance.id} is a conversation: it carries its own turns, so num_shots must be 0"
+            )
+        messages = [{"role": role, "content": content} for role, content in instance.messages]
+        if self.system_instruction and messages[0]["role"] != "system":
+            messages.insert(0, {"role": "system", "content": self.system_instruction})
+        return self._learning(instance, messages)
+
+    def _learning(self, instance: GenerationInstance, messages: List[Dict[str, str]]) -> GenerationInstance:
+        """``instance`` prompted with ``messages`` but their last (assistant) turn, and with each
+        assistant turn as the text it adds to the rendered conversation before it."""
+        turns = []
+        for end, message in enumerate(messages):
+            if message["role"] == "assistant":
+                context = self.render(messages[:end], True)
+                whole = self.render(messages[:end + 1], False, continue_final_message=False)
+                if not whole.startswith(context):
+                    raise ConfigurationError(
+                        f"Instance {instance.id}: the chat template writes the turns before assistant turn {end + 1} "
+                        "differently once that turn is added, so the turn cannot be learnt after them"
+                    )
+                turns.append((context, whole[len(context):]))
+        return replace(instance, prompt=turns[-1][0], chat_turns=tuple(turns))
 
 
 def _joined(first: Optional[str], second: Optional[str], delimiter: str) -> str:

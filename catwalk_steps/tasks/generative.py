@@ -5,7 +5,7 @@ A task turns each row into a :class:`GenerationInstance` (prompt, references, st
 token budget) and scores a generation against its instance (:meth:`GenerativeTask.scores`, as
 lm-evaluation-harness's ``process_results``): per-instance values that the metrics step
 averages. ``{type: "generation"}`` reads any local JSONL of ``{"prompt": str, "answers": [str,
-...]}`` lines.
+...]}`` lines, or of chat data as TRL takes it (:mod:`.conversations`).
 """
 
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -15,6 +15,7 @@ from tango.common.exceptions import ConfigurationError
 from .answer_match import squad_scores
 from .base import Task
 from .chat import ChatFormat
+from .conversations import Conversation, conversation_of
 from .fewshot import check_shots, fewshot_key, prompted_instances
 from .instance import GenerationInstance, Row
 
@@ -132,13 +133,49 @@ class GenerativeTask(Task):
 @Task.register("generation")
 class GenerationTask(GenerativeTask):
     """Any local JSONL (or json/csv/parquet) of ``{"prompt": str, "answers": [str, ...]}`` rows,
-    scored with SQuAD's exact match and F1. The prompt is used as it is."""
+    scored with SQuAD's exact match and F1. The prompt is used as it is.
+
+    Chat data as TRL's ``SFTTrainer`` takes it works too (:mod:`.conversations`):
+    ``{"prompt": str, "completion": str}`` rows (the completion follows the prompt directly, its
+    own leading space included; it is the reference), and conversational rows
+    (``{"messages": [{"role": ..., "content": ...}, ...]}``, or ``prompt`` and ``completion`` as
+    lists of turns), whose last assistant turn is the reference. Conversations need a chat
+    template (``apply_chat_template`` on ``catwalk::predict`` and ``catwalk::finetune``)."""
+
+    def instance(self, rows: "datasets.Dataset", source: str, split: str, number: int) -> GenerationInstance:
+        row = Row(rows[number], source, number + 1)
+        conversation = conversation_of(row)
+        if conversation is None and row.data.get("completion") is None:
+            return super().instance(rows, source, split, number)
+        settings = dict(id=f"{split}/{number}", until=self.until, max_new_tokens=self.max_new_tokens,
+                        target_delimiter="")
+        if conversation is None:  # TRL's prompt-completion row: the completion follows the prompt as it is
+            return GenerationInstance(prompt=row.get("prompt"), references=[row.get("completion")], **settings)
+        return GenerationInstance(prompt=plain_text(conversation[:-1]), references=[conversation[-1][1]],
+                                  messages=conversation, **settings)
+
+    def instances(
+        self, split: str, limit: Optional[int] = None, chat: Optional[ChatFormat] = None
+    ) -> List[GenerationInstance]:
+        instances = super().instances(split, limit, chat)
+        if chat is None and any(instance.messages for instance in instances):
+            raise ConfigurationError(
+                f"{type(self).__name__}: split {split!r} holds conversations (messages rows), which only a chat "
+                "template turns into prompts: set apply_chat_template: true"
+            )
+        return instances
 
     def prompt(self, row: Row) -> str:
         return row.get("prompt")
 
     def references(self, row: Row) -> List[str]:
         return answer_texts(row, "answers", row.data.get("answers"))
+
+
+def plain_text(conversation: Conversation) -> str:
+    """A conversation written out without a template (what the record shows of its prompt until
+    a template renders it)."""
+    return "\n".join(f"{role}: {content}" for role, content in conversation)
 
 
 def field_of(row: Row, name: str, part: str) -> Any:

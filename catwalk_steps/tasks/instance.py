@@ -62,7 +62,13 @@ class GenerationInstance:
     strings or EOS or ``max_new_tokens`` tokens. ``references`` are the accepted answers; the first
     is the one a fine-tuned model is trained to produce (followed by the tokenizer's EOS).
     ``prompt`` is complete: description and few-shot demonstrations included; as a few-shot
-    demonstration the instance is its prompt, ``target_delimiter`` and first reference."""
+    demonstration the instance is its prompt, ``target_delimiter`` and first reference.
+
+    A conversational instance (chat data: :mod:`.conversations`) keeps its ``messages``, the last
+    an assistant turn (its first reference); under a chat template (:mod:`.chat`) its prompt is the
+    conversation before that turn, and ``chat_turns`` the (context, answer) texts that fine-tuning
+    learns: each assistant turn as the template writes it, end-of-turn tokens included, after
+    what precedes it."""
 
     id: str
     prompt: str
@@ -71,6 +77,8 @@ class GenerationInstance:
     max_new_tokens: int = 256
     group: Optional[str] = None
     target_delimiter: str = " "
+    messages: Optional[Tuple[Tuple[str, str], ...]] = None
+    chat_turns: Tuple[Tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.references:

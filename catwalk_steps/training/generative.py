@@ -95,25 +95,32 @@ def answer_examples(
     desc: str,
 ) -> List[Example]:
     """Each instance's prompt and answer tokens (its first reference after the target
-    delimiter, then EOS), how many tokens its loss sums over, the instance itself and its
-    task's position (for validation by exact match). An answer longer than the model's window
-    is an error before any model loads."""
+    delimiter, then EOS; under a chat template each assistant turn as the template writes it, its
+    end-of-turn tokens included: ``chat_turns``), how many tokens its loss sums over, and, on the
+    example of its last answer, the instance itself and its task's position (for validation by
+    exact match). An answer longer than the model's window is an error before any model loads."""
     from ..models.answer_loss import encode_answer, scored_tokens  # (peft: only once training)
 
     examples = []
     with Tqdm.tqdm(total=sum(map(len, instances_per_task)), desc=desc) as bar:
         for task, instances in enumerate(instances_per_task):
             for instance in instances:
-                answer = instance.target_delimiter + instance.references[0]
-                query = encode_answer(conventions, instance.prompt, answer)
-                if len(query.continuation) > max_length:
-                    raise ConfigurationError(
-                        f"Instance {instance.id}: its answer and EOS make {len(query.continuation)} tokens, more than "
-                        f"the model's context window of {max_length}"
-                    )
-                examples.append({"prompt": list(query.context), "answer": list(query.continuation),
-                                 "tokens": scored_tokens(query.continuation, conventions.encoder_decoder),
-                                 "instance": instance, "task": task})
+                if instance.chat_turns:
+                    queries = [conventions.pair(context, answer) for context, answer in instance.chat_turns]
+                else:
+                    queries = [encode_answer(conventions, instance.prompt,
+                                             instance.target_delimiter + instance.references[0])]
+                for number, query in enumerate(queries, 1):
+                    if len(query.continuation) > max_length:
+                        raise ConfigurationError(
+                            f"Instance {instance.id}: its answer and its end (EOS, or the template's end of turn) make "
+                            f"{len(query.continuation)} tokens, more than "
+                            f"the model's context window of {max_length}"
+                        )
+                    last = number == len(queries)
+                    examples.append({"prompt": list(query.context), "answer": list(query.continuation),
+                                     "tokens": scored_tokens(query.continuation, conventions.encoder_decoder),
+                                     "instance": instance if last else None, "task": task})
                 bar.update(1)
     return examples
 
@@ -128,9 +135,11 @@ def exact_matches(
     lm: "PreTrainedModel", conventions: "TokenConventions", tasks: Sequence[Any], examples: List[Example],
     max_length: int, batch_size: int,
 ) -> float:
-    """The summed exact match of greedy generations for ``examples``, each scored by its task."""
+    """The summed exact match of greedy generations for ``examples`` (those of an instance's last
+    answer: see :func:`answer_examples`), each scored by its task."""
     from ..models.generation import GenerationRequest, generate_greedy
 
+    examples = [example for example in examples if example["instance"] is not None]
     instances = [example["instance"] for example in examples]
     requests = [
         GenerationRequest(conventions.prompt(i.prompt), tuple(i.until), i.max_new_tokens) for i in instances

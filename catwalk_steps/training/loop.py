@@ -173,7 +173,7 @@ def validate(
         return {"val_acc": correct / count, "val_loss": loss / count}
     scores = {"val_loss": loss / count}  # per answer token
     if job.selected == "val_exact_match":
-        scores["val_exact_match"] = correct / len(job.validation)
+        scores["val_exact_match"] = correct / sum(example["instance"] is not None for example in job.validation)
     return scores
 
 

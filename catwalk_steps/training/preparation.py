@@ -11,8 +11,10 @@ from tango.common import Tqdm
 from tango.common.exceptions import ConfigurationError
 from tango.workspace import Workspace
 
+from ..models.chat_templates import template_renderer
 from ..models.loading import context_window
 from ..tasks import MCInstance
+from ..tasks.chat import ChatFormat
 from ..tracking.settings import Tracking
 from .batches import BatchPlan, micro_batch_size_for
 from .generative import GENERATIVE, answer_examples, selected_record_key, training_kind
@@ -52,13 +54,19 @@ def training_job(
     tasks: Sequence[Any] = s.tasks
     micro_batch_size = micro_batch_size_for(s.batch_size, s.micro_batch_size, s.workers)
 
-    def instances(split: Optional[str], limit: Optional[int]) -> Optional[List[List[Any]]]:
-        return None if split is None else [task.instances(split, limit) for task in tasks]
+    chat = s.apply_chat_template is not False
+    conventions = spec.conventions() if chat else None  # the template turns rows into prompts
+    settings = {"chat": ChatFormat(template_renderer(conventions.tokenizer, s.apply_chat_template, spec.pretrained))
+                } if chat else {}
 
-    # Both splits are read (a bad data file reported) before the tokenizer or any model is loaded.
+    def instances(split: Optional[str], limit: Optional[int]) -> Optional[List[List[Any]]]:
+        return None if split is None else [task.instances(split, limit, **settings) for task in tasks]
+
+    # Both splits are read (a bad data file reported) before any model is loaded (without a chat
+    # template, before the tokenizer too).
     train_instances = instances(s.train_split, s.train_limit)
     validation_instances = instances(s.validation_split, s.validation_limit)
-    conventions, config = spec.conventions(), spec.load_config()
+    conventions, config = conventions or spec.conventions(), spec.load_config()
     max_length = context_window(config)
     kind = training_kind(tasks)
     generative = kind == GENERATIVE

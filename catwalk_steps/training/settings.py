@@ -4,7 +4,7 @@ step of a run starts), so that a typo or an impossible combination fails in one 
 hour."""
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from tango.common.exceptions import ConfigurationError
 from tango.common.lazy import Lazy
@@ -12,8 +12,10 @@ from tango.integrations.torch import LRScheduler, Optimizer, TrainCallback
 
 from ..distributed.devices import check_device_setting
 from ..models.adapters import Adapter, peft_config
+from ..models.chat_templates import check_model_template
 from ..models.loading import ModelSpec
 from ..tasks import Task
+from ..tasks.chat import check_chat_settings
 from ..tracking.settings import check_tracking
 from .batches import micro_batch_size_for
 from .callbacks import check_callbacks
@@ -37,6 +39,12 @@ class FinetuneSettings:
     (``None``: Llama, Mistral and Gemma add BOS, GPT-2 nothing), as lm-evaluation-harness 0.4.13 at
     its defaults, or forced on (``true``) or off (``false``). The fine-tuned model keeps the
     setting, so it is evaluated with the tokens it was trained on."""
+    apply_chat_template: Union[bool, str]
+    """Train on prompts as conversations in the model's chat template (``true``, or the name of
+    one its tokenizer carries), as ``catwalk::predict`` builds them (:mod:`catwalk_steps.tasks.chat`):
+    chat data (TRL's ``messages`` or ``prompt``/``completion`` rows of the ``generation`` task)
+    learns every assistant turn as the template writes it, end-of-turn tokens included, and nothing
+    else; a multiple-choice task scores its choices after the assistant's turn begins."""
     config_overrides: Optional[Dict[str, Any]]
     """HF config values to change, e.g. dropouts set to 0."""
     adapter: Optional[Adapter]
@@ -229,4 +237,6 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
     if kwargs.get("adapter") is not None:
         peft_config(kwargs["adapter"])
     ModelSpec.parse(kwargs.get("model", ""))
+    check_chat_settings({"apply_chat_template": kwargs.get("apply_chat_template", False)}, kwargs.get("tasks") or [])
+    check_model_template(kwargs)
     return kwargs

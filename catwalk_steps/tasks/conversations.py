@@ -36,7 +36,7 @@ def checked(row: Row, name: str, turns: Any) -> Conversation:
         raise row.error(name, f"must be a non-empty list of {{'role': ..., 'content': ...}} turns, got {turns!r}")
     conversation = []
     for number, turn in enumerate(turns, 1):
-        if not isinstance(turn, dict) or any(v is not None for k, v in turn.items() if k not in ("role", "content")):
+        if not isinstance(turn, dict):  # other fields of a turn (a name, ...) are not read
             raise row.error(name, f"turn {number} must be an object with 'role' and 'content', got {turn!r}")
         role, content = turn.get("role"), turn.get("content")
         if role not in ROLES:

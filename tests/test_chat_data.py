@@ -1,0 +1,147 @@
+"""Chat data as TRL takes it (``messages`` and ``prompt``/``completion`` rows) through the
+``generation`` task: rows checked turn by turn before any model loads; fine-tuning under the
+model's chat template learns every assistant turn as the template writes it (end-of-turn
+included) and nothing else, with the promises of every fine-tune (1 vs 2 workers, FSDP, LoRA);
+evaluation generates the last assistant turn from the turns before it."""
+
+import json
+
+import pytest
+from tango.common.exceptions import ConfigurationError
+from tango.workspaces import LocalWorkspace
+
+from catwalk_steps import FinetuneStep, PredictStep
+from catwalk_steps.models.chat_templates import chat_renderer
+from catwalk_steps.models.loading import ModelSpec
+from catwalk_steps.tasks import GenerationTask
+from catwalk_steps.tasks.chat import ChatFormat
+from catwalk_steps.tasks.instance import DataError
+from catwalk_steps.training.generative import answer_examples
+
+from .conftest import TINY, write_jsonl
+from .test_training_invariance import WEIGHT_TOLERANCE, largest_difference
+
+CHAT = TINY / "chat"
+CHAT_MODEL = f"rc::{TINY / 'chat-model'}"
+TWO_TURNS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What do you use to cut it?"},
+             {"role": "assistant", "content": "a sharp knife"}, {"role": "user", "content": "And to dry it?"},
+             {"role": "assistant", "content": "a clean towel"}]
+
+
+@pytest.fixture(scope="module")
+def chat_task() -> GenerationTask:
+    return GenerationTask(data_files={split: str(CHAT / f"{split}.jsonl") for split in ("train", "validation")},
+                          until=[], max_new_tokens=8)
+
+
+def render_format() -> ChatFormat:
+    return ChatFormat(chat_renderer(ModelSpec.parse(CHAT_MODEL).load_tokenizer(), True))
+
+
+def test_each_row_format_becomes_an_instance(tmp_path):
+    rows = [
+        {"messages": TWO_TURNS},
+        {"prompt": [{"role": "user", "content": "Q?"}], "completion": [{"role": "assistant", "content": " A"}]},
+    ]
+    task = GenerationTask(data_files={"validation": str(write_jsonl(tmp_path / "chat.jsonl", rows))})
+    conversation, split_turns = task.instances("validation", chat=render_format())
+    assert conversation.references == ["a clean towel"] and len(conversation.messages) == 5
+    assert conversation.prompt.endswith("<|user|>\nAnd to dry it?</s>\n<|assistant|>\n")
+    assert conversation.prompt.startswith("<|system|>\nBe brief.</s>")
+    assert split_turns.references == [" A"] and split_turns.messages == (("user", "Q?"), ("assistant", " A"))
+    plain = [{"prompt": "Question: What do you use to cut it?\nAnswer:", "completion": " a sharp knife"}]
+    task = GenerationTask(data_files={"validation": str(write_jsonl(tmp_path / "plain.jsonl", plain))})
+    (instance,) = task.instances("validation")
+    assert (instance.prompt, instance.references, instance.target_delimiter) == (plain[0]["prompt"], [" a sharp knife"], "")
+
+
+@pytest.mark.parametrize("turns, problem", [
+    ([{"role": "robot", "content": "hi"}], "turn 1 has role 'robot': use one of system, user, assistant"),
+    ([{"role": "user", "content": "hi"}], "has no assistant turn at its end"),
+    ([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}, {"role": "assistant", "content": "c"}],
+     "turn 2 is a user turn where a assistant turn belongs"),
+    ([{"role": "assistant", "content": "a"}], "turn 1 is a assistant turn where a user turn belongs"),
+    ([{"role": "user", "content": ["a"]}, {"role": "assistant", "content": "b"}], r"turn 1 \(user\) has content \['a'\]"),
+    (["hi", {"role": "assistant", "content": "b"}], "turn 1 must be an object with 'role' and 'content'"),
+    ([], "must be a non-empty list"),
+])
+def test_bad_conversations_are_refused_before_any_model_loads(tmp_path, monkeypatch, turns, problem):
+    from catwalk_steps.models import weights
+
+    monkeypatch.setattr(weights, "load_pretrained", lambda *a, **k: pytest.fail("a model was loaded"))
+    good = {"messages": TWO_TURNS}
+    path = write_jsonl(tmp_path / "bad.jsonl", [good, {"messages": turns}])
+    task = GenerationTask(data_files={"validation": str(path)})
+    with pytest.raises(DataError, match=f"bad.jsonl: row 2: field 'messages' {problem}"):
+        PredictStep(model=CHAT_MODEL, task=task, apply_chat_template=True).run(
+            model=CHAT_MODEL, task=task, apply_chat_template=True)
+
+
+def test_conversations_need_a_template(chat_task):
+    with pytest.raises(ConfigurationError, match="holds conversations .* set apply_chat_template: true"):
+        chat_task.instances("validation", limit=2)
+
+
+def test_fine_tuning_learns_each_assistant_turn_and_nothing_else(tmp_path):
+    task = GenerationTask(data_files={"train": str(write_jsonl(tmp_path / "t.jsonl", [{"messages": TWO_TURNS}]))})
+    conventions = ModelSpec.parse(CHAT_MODEL).conventions()
+    (instance,) = task.instances("train", chat=render_format())
+    first, second = answer_examples(conventions, [[instance]], max_length=128, desc="t")
+    decode = conventions.tokenizer.decode
+    assert decode(first["answer"]) == "\na sharp knife</s>\n" and decode(second["answer"]) == "\na clean towel</s>\n"
+    assert decode(second["prompt"]) == "<s><|system|>\nBe brief.</s>\n<|user|>\nWhat do you use to cut it?</s>\n" \
+        "<|assistant|>\na sharp knife</s>\n<|user|>\nAnd to dry it?</s>\n<|assistant|>"
+    assert first["prompt"][0] == conventions.tokenizer.bos_token_id and first["prompt"].count(1) == 2  # two EOS
+    assert (first["instance"], second["instance"]) == (None, instance)  # validated once, on its last answer
+    assert second["tokens"] == len(second["answer"])  # no EOS appended: the template's end of turn is learnt
+
+
+def finetune(task, device_count=1, **extra) -> FinetuneStep:
+    settings = dict(model=CHAT_MODEL, tasks=[task], apply_chat_template=True, batch_size=8, micro_batch_size=2,
+                    train_epochs=1, train_limit=16, validation_limit=8, learning_rate=3e-3,
+                    device_count=device_count, step_name="finetune")
+    return FinetuneStep(**{**settings, **extra})
+
+
+@pytest.fixture(scope="module")
+def one_worker(chat_task, tmp_path_factory):
+    step = finetune(chat_task)
+    return step, step.result(LocalWorkspace(tmp_path_factory.mktemp("chat-one")))
+
+
+@pytest.mark.ddp
+@pytest.mark.parametrize("strategy, adapter", [
+    ("ddp", None), pytest.param("fsdp", None, marks=pytest.mark.full),
+    pytest.param("ddp", {"type": "lora", "r": 4}, marks=pytest.mark.full),
+], ids=["ddp", "fsdp", "lora"])
+def test_two_workers_give_the_one_worker_model(chat_task, one_worker, tmp_path, strategy, adapter):
+    one, reference = one_worker
+    if adapter is not None:
+        one = finetune(chat_task, adapter=adapter)
+        reference = one.result(LocalWorkspace(tmp_path / "one"))
+    two = finetune(chat_task, 2, strategy=strategy, adapter=adapter)
+    assert two.unique_id == one.unique_id
+    result = two.result(LocalWorkspace(tmp_path / "two"))
+    worst = largest_difference(reference.state_dict, result.state_dict)
+    print(f"chat data, {strategy} {adapter}: 1 vs 2 workers, largest weight difference {worst:.1e}")
+    assert worst < WEIGHT_TOLERANCE
+
+
+def test_the_template_is_in_the_key_and_a_model_without_one_is_refused(chat_task, mistral_llama):
+    assert finetune(chat_task).unique_id != finetune(chat_task, apply_chat_template=False).unique_id
+    with pytest.raises(ConfigurationError, match="has no chat template"):
+        finetune(chat_task, model=mistral_llama)
+
+
+def test_evaluation_generates_the_last_assistant_turn(one_worker, chat_task, tmp_path):
+    _, model = one_worker
+    step = PredictStep(model=CHAT_MODEL, task=chat_task, limit=4, apply_chat_template=True)
+    records = step.run(model=model, task=chat_task, limit=4, apply_chat_template=True)
+    rows = [json.loads(line) for line in (CHAT / "validation.jsonl").read_text().splitlines()[:4]]
+    conventions = ModelSpec.parse(CHAT_MODEL).conventions()
+    render = chat_renderer(conventions.tokenizer, True)
+    for record, row in zip(records, rows):
+        assert record["references"] == [row["messages"][-1]["content"]]
+        prompt = render(row["messages"][:-1], True)
+        assert record["num_prompt_tokens"] == len(conventions.prompt(prompt))
+        assert record["generation"] and "</s>" not in record["generation"]

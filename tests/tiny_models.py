@@ -75,3 +75,39 @@ def chat_tokenizer(directory: Path, base: Path) -> Path:
     tokenizer.chat_template = {"default": ZEPHYR_TEMPLATE, "mistral": MISTRAL_INSTRUCT_TEMPLATE}
     tokenizer.save_pretrained(directory)
     return directory
+
+
+#: Today's decoder-only architectures by transformers' ``model_type``, each with the settings a
+#: tiny random model of it needs beside :data:`DECODER_SHAPE`; and T5, an encoder-decoder.
+DECODER_SHAPE = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, max_position_embeddings=128)
+ARCHITECTURES = {
+    "llama": {}, "mistral": {}, "qwen2": {}, "qwen3": {"head_dim": 8}, "olmo2": {}, "gemma2": {"head_dim": 8},
+    "phi3": {"pad_token_id": None}, "gpt2": "gpt2", "t5": "t5",
+}
+
+
+def tiny_architecture(directory: Path, model_type: str, tokenizer: Path, seed: int = 0) -> Path:
+    """A randomly initialised 2-layer model of ``model_type`` (``ARCHITECTURES``) saved with
+    ``tokenizer``'s files, built from transformers' own config class for it."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer)
+    # Embedding rows to spare beyond the tokenizer's, as real models have: transformers gives a
+    # Qwen2 model Qwen2's tokenizer class, which adds a pad token of its own.
+    ids = dict(vocab_size=len(tok) + 16, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    if model_type == "gpt2":
+        config = AutoConfig.for_model("gpt2", n_embd=32, n_layer=2, n_head=4, n_positions=128, **ids)
+    elif model_type == "t5":
+        config = AutoConfig.for_model("t5", d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                                      decoder_start_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id, **ids)
+    else:
+        config = AutoConfig.for_model(model_type, **DECODER_SHAPE, **ids, **ARCHITECTURES[model_type])
+    torch.manual_seed(seed)
+    auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+    model = auto.from_config(config)
+    with torch.no_grad():  # logits spread wide enough that greedy decisions are not near-ties
+        model.get_output_embeddings().weight.mul_(20.0 if config.tie_word_embeddings else 10.0)
+    model.save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory

@@ -50,7 +50,11 @@ def add_adapter(lm: "PreTrainedModel", adapter: Adapter) -> "PeftModel":
         task_type = "SEQ_2_SEQ_LM" if lm.config.is_encoder_decoder else "CAUSAL_LM"
         return get_peft_model(lm, peft_config(adapter, task_type))
     except ValueError as e:  # e.g. target modules the model does not have
-        raise ConfigurationError(f"Cannot add the {adapter['type']} adapter to {type(lm).__name__}: {e}") from None
+        hint = ""
+        if "target_modules" in str(e) and "target_modules" not in adapter:
+            hint = (f"; peft knows no default modules for model type {lm.config.model_type!r}: name them, e.g. "
+                    "target_modules: [\"q_proj\", \"v_proj\"], or \"all-linear\" for every linear layer")
+        raise ConfigurationError(f"Cannot add the {adapter['type']} adapter to {type(lm).__name__}: {e}{hint}") from None
 
 
 def load_trained_state_dict(lm: torch.nn.Module, state_dict: Dict[str, torch.Tensor]) -> None:

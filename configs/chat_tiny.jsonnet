@@ -24,8 +24,8 @@ local through_template = { apply_chat_template: true };
       tasks: [chat],
       apply_chat_template: true,
       batch_size: 16,
-      train_epochs: 6,
-      learning_rate: 3e-3,
+      train_epochs: 12,
+      learning_rate: 5e-3,
       val_metric: "exact_match",
     },
   }

@@ -145,3 +145,16 @@ def test_evaluation_generates_the_last_assistant_turn(one_worker, chat_task, tmp
         prompt = render(row["messages"][:-1], True)
         assert record["num_prompt_tokens"] == len(conventions.prompt(prompt))
         assert record["generation"] and "</s>" not in record["generation"]
+
+
+@pytest.mark.e2e
+def test_the_chat_demo_learns_the_assistant_turns(tmp_path, monkeypatch):
+    """configs/chat_tiny.jsonnet, its steps computed under the keys `tango run` gives them."""
+    from .conftest import REPO, computed_in_this_process
+
+    monkeypatch.chdir(REPO)
+    table, model = computed_in_this_process(REPO / "configs/chat_tiny.jsonnet", "table", "finetune",
+                                            workspace=tmp_path / "ws")
+    rows = {row["run"]: row for row in table.rows}
+    assert rows["zero-shot"]["exact_match"] < 0.1 < 0.9 < rows["fine-tuned"]["exact_match"]
+    assert model.training_metrics["val_exact_match"] > 0.9

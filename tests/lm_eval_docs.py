@@ -116,3 +116,16 @@ def write_yamls(directory: Path, files: Dict[str, Dict[str, str]]) -> None:
             lines += [f"{key}: {split if split in data else 'null'}" for key, split in
                       (("training_split", "train"), ("validation_split", "validation"), ("test_split", "test"))]
         (directory / f"local_{name}.yaml").write_text("\n".join(lines) + "\n")
+
+
+GENERATION_YAMLS = Path(__file__).parent / "data" / "lm_eval_generation"
+
+
+def copy_generation_yamls(directory: Path) -> str:
+    """tests/data/lm_eval_generation's task YAMLs and documents in ``directory``, the YAMLs
+    pointed at the documents there (their ``DATA_DIR``)."""
+    for path in GENERATION_YAMLS.iterdir():
+        if path.is_file():
+            text = path.read_text()
+            (directory / path.name).write_text(text.replace("DATA_DIR", str(directory)) if path.suffix == ".yaml" else text)
+    return str(directory)

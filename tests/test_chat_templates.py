@@ -22,9 +22,8 @@ from catwalk_steps.tasks.lm_eval_bridge import task_manager
 from .conftest import TINY, write_jsonl
 
 lm_eval = pytest.importorskip("lm_eval")
-from .lm_eval_docs import LM_EVAL_TASKS  # noqa: E402  (imports lm_eval)
+from .lm_eval_docs import LM_EVAL_TASKS, copy_generation_yamls  # noqa: E402  (imports lm_eval)
 
-GENERATION_YAMLS = Path(__file__).parent / "data" / "lm_eval_generation"
 SYSTEM = "You are a careful assistant."
 #: (template, system instruction, multi-turn): Zephyr's with a system turn, folded demonstrations,
 #: and Mistral Instruct's (no system turn: lm-evaluation-harness drops it and retries).
@@ -33,10 +32,7 @@ SETTINGS = [(True, SYSTEM, True), (True, None, False), ("mistral", SYSTEM, True)
 
 @pytest.fixture(scope="module")
 def include_path(tmp_path_factory) -> str:
-    directory = tmp_path_factory.mktemp("chat_tasks")
-    for path in GENERATION_YAMLS.iterdir():
-        if path.is_file():
-            (directory / path.name).write_text(path.read_text().replace("DATA_DIR", str(directory)))
+    directory = Path(copy_generation_yamls(tmp_path_factory.mktemp("chat_tasks")))
     files = {"train": str(TINY / "train.jsonl"), "validation": str(TINY / "validation.jsonl")}
     (directory / "piqa_chat.yaml").write_text("\n".join([
         "task: local_piqa_chat", f"include: {LM_EVAL_TASKS / 'piqa' / 'piqa.yaml'}", "dataset_path: json",
@@ -142,7 +138,6 @@ def test_native_demonstrations_are_turns_or_one_folded_turn(tmp_path):
     chat = ChatFormat(lambda messages, *_, **__: seen.append(messages) or "rendered", "Sys", True)
     (instance,) = task.instances("validation", chat=chat)
     assert instance.prompt == "rendered"
-    roles = [m["role"] for m in seen[-1]]
     prompt = seen[-2]  # rendered to prompt, then with the answer closing it
     assert [m["role"] for m in prompt] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert prompt[-1]["content"] == "Q: 0 + 0?" and prompt[2]["content"] in {"2", "4", "6"}

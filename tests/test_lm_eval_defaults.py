@@ -15,18 +15,13 @@ from catwalk_steps.tasks.lm_eval_bridge import task_manager
 from .conftest import TINY, TINY_MODEL
 
 pytest.importorskip("lm_eval")
-from .lm_eval_docs import LM_EVAL_TASKS  # noqa: E402  (imports lm_eval)
+from .lm_eval_docs import LM_EVAL_TASKS, copy_generation_yamls  # noqa: E402  (imports lm_eval)
 
-GENERATION_YAMLS = Path(__file__).parent / "data" / "lm_eval_generation"
 
 
 @pytest.fixture(scope="module")
 def include_path(tmp_path_factory) -> str:
-    directory = tmp_path_factory.mktemp("lm_eval_defaults")
-    for path in GENERATION_YAMLS.iterdir():
-        if path.is_file():
-            text = path.read_text()
-            (directory / path.name).write_text(text.replace("DATA_DIR", str(directory)))
+    directory = Path(copy_generation_yamls(tmp_path_factory.mktemp("lm_eval_defaults")))
     # gsm8k-like: the YAML says how many shots
     (directory / "arith_2shot.yaml").write_text("task: local_arith_2shot\ninclude: arith.yaml\nnum_fewshot: 2\n")
     files = {"train": str(TINY / "train.jsonl"), "validation": str(TINY / "validation.jsonl")}

@@ -16,18 +16,14 @@ from catwalk_steps.tasks.lm_eval_bridge import task_manager
 
 from .conftest import TINY_MODEL
 
-YAMLS = Path(__file__).parent / "data" / "lm_eval_generation"
 
 
 @pytest.fixture(scope="module")
 def include_path(tmp_path_factory) -> str:
     """The task YAMLs, pointed at their documents where they are copied to."""
-    directory = tmp_path_factory.mktemp("lm_eval_generation")
-    for path in YAMLS.iterdir():
-        if path.is_file():
-            text = path.read_text()
-            (directory / path.name).write_text(text.replace("DATA_DIR", str(directory)) if path.suffix == ".yaml" else text)
-    return str(directory)
+    from .lm_eval_docs import copy_generation_yamls
+
+    return copy_generation_yamls(tmp_path_factory.mktemp("lm_eval_generation"))
 
 
 def harness_run(include_path: str, name: str, num_shots: int):

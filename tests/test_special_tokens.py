@@ -4,7 +4,6 @@ tiny Llama with Mistral-7B v0.1's BOS-adding tokenizer: its requests token for t
 (multiple choice, rolling perplexity, generation); GPT-2's encodings are what they were."""
 
 import json
-from pathlib import Path
 
 import pytest
 from tango.common.exceptions import ConfigurationError
@@ -19,9 +18,8 @@ from .conftest import TINY, TINY_MODEL
 from .test_lm_eval_perplexity import write_yamls as write_perplexity_yamls
 
 lm_eval = pytest.importorskip("lm_eval")
-from .lm_eval_docs import LM_EVAL_TASKS  # noqa: E402  (imports lm_eval)
+from .lm_eval_docs import LM_EVAL_TASKS, copy_generation_yamls  # noqa: E402  (imports lm_eval)
 
-GENERATION_YAMLS = Path(__file__).parent / "data" / "lm_eval_generation"
 PAIRS = [
     ("Question: Open a jar\nAnswer:", " Twist the lid."),
     ("Answer: ", "yes"),  # trailing whitespace moves to the continuation
@@ -89,12 +87,8 @@ def include_paths(tmp_path_factory):
     ]) + "\n")
     perplexity = tmp_path_factory.mktemp("bos_perplexity")
     write_perplexity_yamls(perplexity)
-    generation = tmp_path_factory.mktemp("bos_generation")
-    for path in GENERATION_YAMLS.iterdir():
-        if path.is_file():
-            text = path.read_text()
-            (generation / path.name).write_text(text.replace("DATA_DIR", str(generation)))
-    return {"local_piqa": str(piqa), "local_wikitext": str(perplexity), "local_gen_arith": str(generation)}
+    generation = copy_generation_yamls(tmp_path_factory.mktemp("bos_generation"))
+    return {"local_piqa": str(piqa), "local_wikitext": str(perplexity), "local_gen_arith": generation}
 
 
 #: task -> (split, shots, instances)

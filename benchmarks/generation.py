@@ -17,6 +17,10 @@ sequences end at different steps, as a real model's answers do.
 - **lm-eval**: ``HFLM.generate_until`` (``batch_size=32``, float32) on the same directory and
   requests: transformers' ``generate`` with its stop-sequence criteria.
 
+``--bos``: a random Llama of the same size (RoPE, grouped-query attention) with Mistral-7B v0.1's
+BOS-adding SentencePiece tokenizer (the ``mistral-common`` wheel's), so both generators encode
+each prompt with BOS (lm-eval 0.4.13's default, our ``models/conventions.py``).
+
 Each runs in a fresh process (best of ``--repeats``); the table goes to stdout.
 """
 
@@ -45,17 +49,16 @@ def requests(count: int, max_gen_toks: int, seed: int = 0):
 
 
 def ours(directory: Path, prompts, stops, max_gen_toks: int):
-    from catwalk_steps.models.conventions import TokenConventions
     from catwalk_steps.models.generation import GenerationRequest, generate_greedy
     from catwalk_steps.models.loading import ModelSpec
     from catwalk_steps.models.weights import load_pretrained
 
     spec = ModelSpec.parse(f"rc::{directory}")
-    tokenizer, lm = spec.load_tokenizer(), load_pretrained(spec).eval()
-    batch = [GenerationRequest(TokenConventions(tokenizer).prompt(p), tuple(s), max_gen_toks) for p, s in zip(prompts, stops)]
+    conventions, lm = spec.conventions(), load_pretrained(spec).eval()
+    batch = [GenerationRequest(conventions.prompt(p), tuple(s), max_gen_toks) for p, s in zip(prompts, stops)]
 
     def run():
-        out = generate_greedy(lm, TokenConventions(tokenizer), batch, pad_token_id=tokenizer.pad_token_id, max_length=512,
+        out = generate_greedy(lm, conventions, batch, pad_token_id=conventions.pad_token_id, max_length=512,
                               max_batch_size=32)
         return [g["text"] for g in out]
 
@@ -97,9 +100,29 @@ def stop_words(directory: Path, count: int, max_gen_toks: int) -> None:
     (directory / "stops.json").write_text(json.dumps(stops))
 
 
+def build_bos_model(directory: Path) -> Path:
+    """A random Llama the size of :func:`scoring.build_model`'s GPT-2, with Mistral-7B v0.1's tokenizer."""
+    import mistral_common
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, LlamaTokenizer
+
+    source = directory / "sentencepiece"
+    source.mkdir()
+    (source / "tokenizer.model").write_bytes((Path(mistral_common.__file__).parent / "data/tokenizer.model.v1").read_bytes())
+    tokenizer = LlamaTokenizer.from_pretrained(source, add_bos_token=True, add_eos_token=False)
+    assert tokenizer.encode("Hello")[0] == tokenizer.bos_token_id
+    tokenizer.save_pretrained(directory)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    LlamaForCausalLM(config).save_pretrained(directory)
+    return directory
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--bos", action="store_true", help="a Llama with Mistral's BOS-adding tokenizer")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     parser.add_argument("--directory", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -108,7 +131,7 @@ def main() -> None:
         measure(Path(args.directory), args.measure, count, max_gen_toks, repeats)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        directory = build_model(Path(tmp))
+        directory = build_bos_model(Path(tmp)) if args.bos else build_model(Path(tmp))
         stop_words(directory, count, max_gen_toks)
         found = {}
         for which in ("ours", "lm-eval"):
@@ -117,7 +140,8 @@ def main() -> None:
             found[which] = json.loads(out.strip().splitlines()[-1])
     same = found["ours"]["outputs"] == found["lm-eval"]["outputs"]
     differing = sum(a != b for a, b in zip(found["ours"]["outputs"], found["lm-eval"]["outputs"]))
-    print(f"{count} prompts, max_gen_toks {max_gen_toks}, batch 32, CPU float32, best of {repeats}")
+    model = "Llama, Mistral's BOS-adding tokenizer" if args.bos else "GPT-2, GPT-2's tokenizer"
+    print(f"{model}; {count} prompts, max_gen_toks {max_gen_toks}, batch 32, CPU float32, best of {repeats}")
     print("| generator | wall s | ours / this |")
     print("|---|---|---|")
     for which in ("ours", "lm-eval"):

@@ -96,7 +96,7 @@ def datasets(count: int):
 
 def ours(lm, tokenizer, pairs):
     from catwalk_steps.models.conventions import TokenConventions
-from catwalk_steps.models.scoring import score_queries
+    from catwalk_steps.models.scoring import score_queries
 
     queries = [TokenConventions(tokenizer).pair(c, x) for c, x in pairs]
     return score_queries(

@@ -177,3 +177,20 @@ def test_a_fine_tuned_model_keeps_its_setting(mistral_llama, tmp_path):
     assert model.spec.add_bos_token is False
     assert model.spec.conventions().pair("Q:", " a").context[0] != 1
     assert ModelSpec.parse(mistral_llama).conventions().pair("Q:", " a").context[0] == 1  # the default adds it
+
+
+def test_the_key_reads_the_files_as_the_tokenizer_encodes(mistral_llama, chat_llama, tmp_path):
+    """Whether a model's key carries the mark is read from its files without transformers (graph
+    builds stay quick); it agrees with the loaded tokenizer's encodings for every kind we have."""
+    from catwalk_steps.models.conventions import adds_special_tokens_on_disk
+    from catwalk_steps.models.loading import ModelSpec
+
+    from .tiny_models import tiny_architecture
+
+    models = [TINY_MODEL, mistral_llama, chat_llama, f"rc::{TINY / 'chat-model'}"]
+    models += [f"rc::{tiny_architecture(tmp_path / name, name, TINY / 'model')}" for name in ("t5", "llama")]
+    for model in models:
+        spec = ModelSpec.parse(model)
+        assert adds_special_tokens_on_disk(spec.file_here) == spec.conventions().adds_special_tokens(), model
+    assert [ModelSpec.parse(m).conventions_key() is not None for m in models] == [False, True, True, True, False, False]
+    assert adds_special_tokens_on_disk(ModelSpec.parse("rc::no-such/model").file_here) is None

@@ -23,8 +23,10 @@ Encoder-decoder models (T5) keep the convention of :mod:`.seq2seq`: no special t
 encoding, the EOS appended to the encoder's input and to each scored continuation there.
 """
 
+import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .scoring import Query
 
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
 
 #: The lm-evaluation-harness release whose encoding these conventions reproduce.
 LM_EVAL_CONVENTIONS = "lm-eval 0.4.13"
+#: A text whose encoding shows whether special tokens are added.
+SAMPLE = "Question: is this a sample? Answer: yes"
 
 
 @dataclass(frozen=True)
@@ -108,12 +112,33 @@ class TokenConventions:
     def adds_special_tokens(self) -> bool:
         """Whether these conventions put special tokens where no special tokens would (the
         encoding before they were adopted): a cache key then says so."""
-        sample = "Question: is this a sample? Answer: yes"
-        return self.encode(sample) != self.plain(sample) or self.prompt(sample) != tuple(self.plain(sample))
+        return self.encode(SAMPLE) != self.plain(SAMPLE) or self.prompt(SAMPLE) != tuple(self.plain(SAMPLE))
 
 
-def conventions_key(conventions: TokenConventions) -> Optional[Dict[str, Any]]:
-    """What a cache key holds of ``conventions``: nothing where they encode as before they existed
-    (GPT-2, T5, any tokenizer without special tokens), so that those keys do not change; else the
-    conventions' name, so that a result computed without the special tokens is never reused."""
-    return {"special_tokens": LM_EVAL_CONVENTIONS} if conventions.adds_special_tokens() else None
+def conventions_key(adds_special_tokens: bool) -> Optional[Dict[str, Any]]:
+    """What a cache key holds of a model's conventions: nothing where they encode as before they
+    existed (GPT-2, T5, any tokenizer without special tokens), so that those keys do not change;
+    else the conventions' name, so that a result computed without the special tokens is never
+    reused."""
+    return {"special_tokens": LM_EVAL_CONVENTIONS} if adds_special_tokens else None
+
+
+def adds_special_tokens_on_disk(file: Callable[[str, str], Optional[Path]]) -> Optional[bool]:
+    """:meth:`TokenConventions.adds_special_tokens` at the tokenizer's defaults, read from the
+    model's files (``file("model" | "tokenizer", name)``) with the ``tokenizers`` library alone, so
+    that building a step graph does not import transformers: the tokenizer's ``tokenizer.json``
+    says whether it adds special tokens, the model's ``config.json`` whether it is an
+    encoder-decoder. ``None`` where the files cannot say: not on this machine, or a
+    ``tokenizer_config.json`` whose ``add_bos_token``/``add_eos_token`` transformers applies on load."""
+    config, settings, fast = (file(which, name) for which, name in (
+        ("model", "config.json"), ("tokenizer", "tokenizer_config.json"), ("tokenizer", "tokenizer.json")))
+    if config is None or fast is None:
+        return None
+    if json.loads(config.read_text()).get("is_encoder_decoder"):
+        return False
+    if settings is not None and {"add_bos_token", "add_eos_token"} & set(json.loads(settings.read_text())):
+        return None
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(fast))
+    return tokenizer.encode(SAMPLE).ids != tokenizer.encode(SAMPLE, add_special_tokens=False).ids

@@ -170,24 +170,44 @@ class ModelSpec:
         """What the cache key of a step using this model (with ``add_bos_token``) holds of its
         token conventions (:func:`.conventions.conventions_key`), read when the step graph is
         built from files on this machine only: a local directory, or the HF cache. A hub model
-        not yet downloaded has nothing to read, and its key holds nothing of its conventions."""
+        not yet downloaded has nothing to read, and its key holds nothing of its conventions. A
+        forced ``add_bos_token`` is in the key under its own name."""
+        if add_bos_token is not None:
+            return None
         names = [name for name in (self.pretrained, self.tokenizer) if name]
         files = tuple(directory_fingerprint(d) for d in map(local_directory, names) if d)  # edits change the key
-        return _conventions_key(self.pretrained, self.tokenizer, self.revision, add_bos_token, files)
+        return _conventions_key(self.pretrained, self.tokenizer, self.revision, files)
+
+    def file_here(self, which: str, filename: str) -> Optional[Path]:
+        """``filename`` of the model (``which="model"``) or of its tokenizer, if it is on this
+        machine: in its local directory, or in the HF cache (nothing is downloaded)."""
+        name = (self.tokenizer or self.pretrained) if which == "tokenizer" else self.pretrained
+        directory = local_directory(name)
+        if directory is not None:
+            return directory / filename if (directory / filename).is_file() else None
+        from huggingface_hub import try_to_load_from_cache
+
+        revision = None if which == "tokenizer" and self.tokenizer else self.revision
+        found = try_to_load_from_cache(name, filename, revision=revision)
+        return Path(found) if isinstance(found, str) else None
 
 
 @lru_cache(maxsize=None)
 def _conventions_key(
-    pretrained: str, tokenizer: Optional[str], revision: Optional[str], add_bos_token: Optional[bool], files: Any
+    pretrained: str, tokenizer: Optional[str], revision: Optional[str], files: Any
 ) -> Optional[Dict[str, Any]]:
-    """Memoised per process (and per local files' contents): a sweep names one model many times."""
-    from .conventions import conventions_key
+    """Memoised per process (and per local files' contents): a sweep names one model many times.
+    Read from the files where they say (no transformers import), else from the loaded tokenizer."""
+    from .conventions import adds_special_tokens_on_disk, conventions_key
 
-    spec = ModelSpec(pretrained, tokenizer=tokenizer, revision=revision, add_bos_token=add_bos_token)
-    try:
-        return conventions_key(spec.conventions(local_files_only=True))
-    except ConfigurationError:
-        return None
+    spec = ModelSpec(pretrained, tokenizer=tokenizer, revision=revision)
+    adds = adds_special_tokens_on_disk(spec.file_here)
+    if adds is None and spec.file_here("tokenizer", "tokenizer_config.json") is not None:
+        try:
+            adds = spec.conventions(local_files_only=True).adds_special_tokens()
+        except ConfigurationError:
+            return None
+    return conventions_key(bool(adds))
 
 
 #: T5's training input length. Relative position buckets set no hard limit, so this is where

@@ -53,12 +53,12 @@ def computation_ours(model: Path, texts):
     from catwalk_steps.tasks import DocumentInstance
 
     spec = ModelSpec.parse(f"rc::{model}")
-    tok, lm = spec.load_tokenizer(), load_pretrained(spec, torch.float32).eval()
+    conventions, lm = spec.conventions(), load_pretrained(spec, torch.float32).eval()
     docs = [DocumentInstance(str(i), t, 1, 1) for i, t in enumerate(texts)]
 
     def run():
-        queries, document_of = document_queries(tok, docs, context_window(lm.config))
-        logliks = score_queries(lm, queries, pad_token_id=tok.pad_token_id, max_length=context_window(lm.config),
+        queries, document_of = document_queries(conventions, docs, context_window(lm.config))
+        logliks = score_queries(lm, queries, pad_token_id=conventions.pad_token_id, max_length=context_window(lm.config),
                                 max_batch_size=BATCH, max_batch_tokens=16384)
         totals = [0.0] * len(docs)
         for n, value in zip(document_of, logliks):

@@ -311,7 +311,7 @@ def training_table(directory: Path, epochs: int, limit: int, batch_size: int = 1
     print("| data | loop | examples/s | ratio to the plain loop |")
     print("|---|---|---|---|")
     for name, task in training_tasks(directory, limit).items():
-        examples = tokenized_examples(spec.load_tokenizer(), task.instances("train", limit), desc="Tokenizing")
+        examples = tokenized_examples(spec.conventions(), task.instances("train", limit), desc="Tokenizing")
         plain = plain_loops(spec, examples, batch_size, epochs, lr)
         rates = {
             "plain torch loop, every (context, choice) pair encoded": plain[False],

@@ -145,7 +145,7 @@ def test_gradient_checkpointing_keeps_fewer_activations(tiny_task):
     spec = ModelSpec.parse(TINY_MODEL, config_overrides=NO_DROPOUT)
     tokenizer = spec.load_tokenizer()
     batch = RankClassificationCollator(tokenizer.pad_token_id, 64)(
-        tokenized_examples(tokenizer, tiny_task.instances("train", 8), desc="Tokenizing"))
+        tokenized_examples(spec.conventions(), tiny_task.instances("train", 8), desc="Tokenizing"))
     plain, checkpointed = (
         saved_activation_bytes(RankClassificationModel(spec, gradient_checkpointing=flag).train(), batch)
         for flag in (False, True)

@@ -152,7 +152,7 @@ def test_records_and_metrics_of_documents(by_batch_size):
     assert max(r["num_tokens"] for r in records) > 64  # some documents need two windows
     assert all(r["loglik"] < 0 for r in records)
     metrics = CalculateMetricsStep(predictions=records).run(predictions=records)
-    assert set(metrics) == {"word_perplexity", "byte_perplexity", "token_perplexity", "bits_per_byte", "count"}
+    assert set(metrics) == {"word_perplexity", "byte_perplexity", "token_perplexity", "bits_per_byte", "count", "num_shots"}
     assert metrics["byte_perplexity"] == pytest.approx(2 ** metrics["bits_per_byte"], rel=1e-12)
 
 

@@ -148,6 +148,7 @@ def test_evaluation_generates_the_last_assistant_turn(one_worker, chat_task, tmp
 
 
 @pytest.mark.e2e
+@pytest.mark.full
 def test_the_chat_demo_learns_the_assistant_turns(tmp_path, monkeypatch):
     """configs/chat_tiny.jsonnet, its steps computed under the keys `tango run` gives them."""
     from .conftest import REPO, computed_in_this_process

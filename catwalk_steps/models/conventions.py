@@ -25,6 +25,7 @@ encoding, the EOS appended to the encoder's input and to each scored continuatio
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
@@ -58,6 +59,11 @@ class TokenConventions:
     def pad_token_id(self) -> int:
         return self.tokenizer.pad_token_id
 
+    @cached_property
+    def prefix_text(self) -> str:
+        """The prefix token as text: a text that starts with it gets no second one."""
+        return self.tokenizer.decode(self.prefix_token_id)
+
     def _special_tokens(self, text: str, prefix_text: Optional[str]) -> Dict[str, bool]:
         if self.encoder_decoder:
             return {"add_special_tokens": False}
@@ -67,7 +73,7 @@ class TokenConventions:
 
     def encode(self, text: str) -> List[int]:
         """``text``'s token ids with the special tokens a context gets (lm-eval's ``tok_encode``)."""
-        return self.tokenizer.encode(text, **self._special_tokens(text, self.tokenizer.decode(self.prefix_token_id)))
+        return self.tokenizer.encode(text, **self._special_tokens(text, self.prefix_text))
 
     def plain(self, text: str) -> List[int]:
         """``text``'s token ids without any special token."""

@@ -82,6 +82,17 @@ def test_bad_settings_fail_at_graph_build(tmp_path, settings, message):
                                      "task": {"type": "generation", **data_files, **settings}}})
 
 
+def test_until_given_as_a_string_is_refused(tmp_path):
+    path = write_jsonl(tmp_path / "v.jsonl", [{"prompt": "1+1=", "answers": ["2"]}])
+    task = {"type": "generation", "data_files": {"validation": str(path)}, "until": "Q:"}
+    message = """GenerationTask: until must be a list, got the string 'Q:': write ["Q:"] for one item"""
+    with pytest.raises(ConfigurationError) as error:  # it was the stops "Q" and ":"
+        StepGraph.from_params({"p": {"type": "catwalk::predict", "model": "rc::gpt2", "task": task}})
+    assert str(error.value) == message
+    with pytest.raises(ConfigurationError, match="until must be a list, got the string 'Q:'"):
+        GenerationTask(data_files={"validation": str(path)}, until="Q:")  # type: ignore[arg-type]
+
+
 def test_gsm8k_prompts_demonstrations_and_filters_are_lm_evaluation_harness_s(tmp_path):
     import lm_eval
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 
 from tango.common.exceptions import ConfigurationError
 
+from ..tango_fixes.setting_types import list_expected
 from .answer_match import squad_scores
 from .base import Task
 from .fewshot import check_shots, fewshot_key, prompted_instances
@@ -34,6 +35,8 @@ def answer_texts(row: Row, name: str, value: Any) -> List[str]:
 def check_generation_settings(owner: str, until: Sequence[str], max_new_tokens: int) -> None:
     if max_new_tokens < 1:
         raise ConfigurationError(f"{owner}: max_new_tokens must be at least 1, got {max_new_tokens}")
+    if isinstance(until, str):
+        raise list_expected(f"{owner}: until", until)
     if not isinstance(until, (list, tuple)) or not all(isinstance(stop, str) for stop in until):
         raise ConfigurationError(f"{owner}: until must be a list of stop strings, got {until!r}")
     if "" in until:
@@ -84,9 +87,10 @@ class GenerativeTask(Task):
         super().__init__(data_files, hub_id, revision)
         if not self.data_files and self.hub_id is None:
             raise ConfigurationError(f"{type(self).__name__} has no hub copy: give data_files ({{split: path}})")
-        self.until = tuple(self.UNTIL if until is None else until)
+        until = self.UNTIL if until is None else until
         self.max_new_tokens = self.MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens
-        check_generation_settings(type(self).__name__, self.until, self.max_new_tokens)
+        check_generation_settings(type(self).__name__, until, self.max_new_tokens)
+        self.until = tuple(until)  # checked first: a string would become its characters
         self.num_shots = self.DEFAULT_SHOTS if num_shots is None else num_shots
         self.fewshot_split = fewshot_split or self.FEWSHOT_SPLIT
         self.fewshot_seed = fewshot_seed

@@ -298,6 +298,19 @@ def test_a_bad_data_file_fails_the_step_before_any_model_is_loaded(tmp_path, mon
         step.result(LocalWorkspace(tmp_path / "ws"))
 
 
+@pytest.mark.parametrize("limit", [-1, 0])  # -1 dropped the last instance; 0 failed after the model loaded
+@pytest.mark.parametrize("step, setting", [
+    ({"type": "catwalk::predict", "model": TINY_MODEL, "task": PIQA}, "limit"),
+    (FINETUNE, "train_limit"),
+    (FINETUNE, "validation_limit"),
+])
+def test_a_limit_below_one_is_refused_when_the_graph_is_built(step, setting, limit):
+    with pytest.raises(ConfigurationError) as error:
+        StepGraph.from_params({"s": {**step, setting: limit}})
+    assert str(error.value) == (f"{setting} must be at least 1 (the first {setting} instances), got {limit}: "
+                                "leave it out for the whole split")
+
+
 def test_unknown_task_lists_the_known_ones():
     with pytest.raises(ConfigurationError) as error:
         StepGraph.from_params({"f": {**FINETUNE, "tasks": [{"type": "piqaa"}]}})

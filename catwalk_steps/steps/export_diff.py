@@ -8,6 +8,7 @@ from tango import Step
 
 from ..reports.diffs import diff_markdown, diff_records
 from ..storage.atomic import publish_text
+from ..tasks.base import check_limit
 from .compare import check_same_evaluation
 from .export import check_output_dir
 from .predict import PredictStep
@@ -33,6 +34,7 @@ class ExportDiffStep(Step):
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         """Settings are checked when the step graph is built, before any step of a run starts."""
         check_output_dir(kwargs.get("output_dir", ""))
+        check_limit("limit", kwargs.get("limit"))
         baseline = kwargs.get("baseline")
         check_same_evaluation(baseline, kwargs.get("candidate"))
         if kwargs.get("task") is None and isinstance(baseline, PredictStep):

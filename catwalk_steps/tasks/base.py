@@ -26,6 +26,14 @@ LOCAL_DATA = "give the task local files of the same fields as data_files ({split
 _T = TypeVar("_T")
 
 
+def check_limit(name: str, limit: Optional[int]) -> None:
+    """Refuses a ``limit`` (the first N instances) below 1 when the step graph is built: a slice
+    would drop the last instances for a negative one, and none would be left for 0."""
+    if limit is not None and limit < 1:
+        raise ConfigurationError(f"{name} must be at least 1 (the first {name} instances), got {limit}: "
+                                 "leave it out for the whole split")
+
+
 class Task(Registrable, CustomDetHash):
     """A task read from the HF hub or from local files, as instances of one request type.
 

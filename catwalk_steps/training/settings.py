@@ -14,6 +14,7 @@ from ..distributed.devices import check_device_setting
 from ..models.adapters import Adapter, peft_config
 from ..models.loading import ModelSpec
 from ..tasks import Task
+from ..tasks.base import check_limit
 from ..tracking.settings import check_tracking
 from .batches import micro_batch_size_for
 from .callbacks import check_callbacks
@@ -187,6 +188,8 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
             raise ConfigurationError(f"{name} must be at least 1, got {kwargs[name]}")
     if kwargs.get("validate_every") is not None and kwargs["validate_every"] < 1:
         raise ConfigurationError(f"validate_every must be at least 1, got {kwargs['validate_every']}")
+    for name in ("train_limit", "validation_limit"):
+        check_limit(name, kwargs.get(name))
     if kwargs.get("learning_rate", 1.0) <= 0:
         raise ConfigurationError(f"learning_rate must be positive, got {kwargs['learning_rate']}")
     kwargs["optimizer"] = named_lazy(kwargs.get("optimizer"), Optimizer)

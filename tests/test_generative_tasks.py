@@ -49,13 +49,13 @@ def test_the_cache_key_holds_the_file_contents_and_the_settings(tmp_path):
 
 
 @pytest.mark.parametrize("row, message", [
-    ({"answers": ["4"]}, "row 1: field 'prompt' is missing"),
-    ({"prompt": "", "answers": ["4"]}, "row 1: field 'prompt' is missing"),
-    ({"prompt": "2+2="}, "row 1: field 'answers' must be a non-empty list of answer texts, got None"),
-    ({"prompt": "2+2=", "answers": "4"}, "row 1: field 'answers' must be a non-empty list of answer texts, got '4'"),
-    ({"prompt": "2+2=", "answers": []}, "row 1: field 'answers' must be a non-empty list"),
+    ({"answers": ["4"]}, "line 1: field 'prompt' is missing"),
+    ({"prompt": "", "answers": ["4"]}, "line 1: field 'prompt' is empty: give it a text"),
+    ({"prompt": "2+2="}, "line 1: field 'answers' must be a non-empty list of answer texts, got None"),
+    ({"prompt": "2+2=", "answers": "4"}, "line 1: field 'answers' must be a non-empty list of answer texts, got '4'"),
+    ({"prompt": "2+2=", "answers": []}, "line 1: field 'answers' must be a non-empty list"),
 ])
-def test_a_bad_row_names_the_file_row_and_field(tmp_path, row, message):
+def test_a_bad_row_names_the_file_line_and_field(tmp_path, row, message):
     path = write_jsonl(tmp_path / "v.jsonl", [row])
     with pytest.raises(DataError, match=str(path)) as error:
         GenerationTask(data_files={"validation": str(path)}).instances("validation")
@@ -65,7 +65,7 @@ def test_a_bad_row_names_the_file_row_and_field(tmp_path, row, message):
 def test_an_answer_that_is_not_a_text_is_named(tmp_path):
     path = tmp_path / "v.jsonl"
     path.write_text('{"prompt": "1+1=", "answers": [2]}\n')
-    with pytest.raises(DataError, match="row 1: field 'answers' must hold only texts, got 2"):
+    with pytest.raises(DataError, match="line 1: field 'answers' must hold only texts, got 2"):
         GenerationTask(data_files={"validation": str(path)}).instances("validation")
 
 
@@ -135,5 +135,5 @@ def test_squad_and_triviaqa_read_the_hub_fields(tmp_path):
     assert instance.prompt == "Question: Which planet is red?\nAnswer:"
     assert [s["exact_match"] for s in task.scores([instance] * 3, [" red planet", "mars", "Venus"])] == [1.0, 1.0, 0.0]
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"question": "q", "answer": ["Mars"]}])
-    with pytest.raises(DataError, match="row 1: field 'answer' must be an object with a 'aliases' field"):
+    with pytest.raises(DataError, match="line 1: field 'answer' must be an object with a 'aliases' field"):
         TriviaQATask(data_files={"validation": str(bad)}).instances("validation")

@@ -91,7 +91,7 @@ def test_bad_rows_are_named(tmp_path, name, row, message):
     path = write_jsonl(tmp_path / "bad.jsonl", [row])
     with pytest.raises(DataError) as error:
         MultipleChoiceTask.by_name(name)(data_files={"train": str(path)}).instances("train")
-    assert f"{path}: row 1: " in str(error.value) and message in str(error.value)
+    assert f"{path}: line 1: " in str(error.value) and message in str(error.value)
 
 
 def test_a_task_from_a_config_alone(tmp_path):
@@ -146,7 +146,7 @@ def test_mmlu_subjects_prompts_and_groups(tmp_path):
     with pytest.raises(ConfigurationError, match="Unknown MMLU subjects: anatomyy"):
         mmlu(subjects=["anatomyy"])
     bad = write_jsonl(tmp_path / "bad.jsonl", [mmlu_row("cooking", 0)])
-    with pytest.raises(DataError, match="row 1: field 'subject' is not an MMLU subject"):
+    with pytest.raises(DataError, match="line 1: field 'subject' is not an MMLU subject"):
         mmlu(data_files={"test": str(bad)}).instances("test")
 
 

@@ -100,8 +100,7 @@ class Task(Registrable, CustomDetHash):
                 raise ConfigurationError(
                     f"{type(self).__name__}: no data file for split '{split}' (have: {', '.join(self.data_files)})"
                 )
-            path = self.data_files[split]
-            return load_local_rows(path, split), str(path)
+            return load_local_rows(self.data_files[split], split)
         if self.hub_id is None:
             raise ConfigurationError(f"{type(self).__name__} has no hub copy: give data_files")
         if split not in self.HUB_SPLITS:

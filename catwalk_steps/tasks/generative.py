@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 from tango.common.exceptions import ConfigurationError
 
 from ..tango_fixes.setting_types import list_expected
-from .answer_match import squad_scores
+from .answer_match import normalised, squad_scores
 from .base import Task
 from .fewshot import check_shots, fewshot_key, prompted_instances
 from .instance import GenerationInstance, Row
@@ -23,12 +23,16 @@ if TYPE_CHECKING:
 
 
 def answer_texts(row: Row, name: str, value: Any) -> List[str]:
-    """``value`` (field ``name`` of ``row``, or a part of it) as a non-empty list of texts."""
+    """``value`` (field ``name`` of ``row``, or a part of it) as a non-empty list of texts, each
+    of which SQuAD's scoring can tell from an empty answer."""
     if not isinstance(value, list) or not value:
         raise row.error(name, f"must be a non-empty list of answer texts, got {value!r}")
     for answer in value:
         if not isinstance(answer, str):
             raise row.error(name, f"must hold only texts, got {answer!r}")
+        if not normalised(answer):
+            raise row.error(name, f"holds {answer!r}, which is empty once scoring drops case, punctuation and "
+                                  "articles: an empty or punctuation-only generation would match it; remove it")
     return value
 
 

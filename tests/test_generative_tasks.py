@@ -113,6 +113,17 @@ def test_until_given_as_a_string_is_refused(tmp_path):
         GenerationTask(data_files={"validation": str(path)}, until="Q:")  # type: ignore[arg-type]
 
 
+def test_sampling_settings_are_refused_as_greedy_only(tmp_path):
+    path = write_jsonl(tmp_path / "v.jsonl", [{"prompt": "1+1=", "answers": ["2"]}])
+    task = {"type": "generation", "data_files": {"validation": str(path)}, "do_sample": True, "temperature": 0.7}
+    with pytest.raises(ConfigurationError) as error:  # it was "Extra parameters passed to GenerationTask"
+        StepGraph.from_params({"p": {"type": "catwalk::predict", "model": "rc::gpt2", "task": task}})
+    assert str(error.value) == (
+        "GenerationTask: do_sample, temperature: generation is greedy only (the most likely token at each step, "
+        "lm-evaluation-harness's default); remove the sampling settings"
+    )
+
+
 def test_gsm8k_prompts_demonstrations_and_filters_are_lm_evaluation_harness_s(tmp_path):
     import lm_eval
 

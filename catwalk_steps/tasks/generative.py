@@ -11,6 +11,7 @@ averages. ``{type: "generation"}`` reads any local JSONL of ``{"prompt": str, "a
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tango.common.exceptions import ConfigurationError
+from tango.common.params import Params
 
 from ..tango_fixes.setting_types import list_expected
 from .answer_match import normalised, squad_scores
@@ -20,6 +21,9 @@ from .instance import GenerationInstance, Row
 
 if TYPE_CHECKING:
     import datasets
+
+#: ``generate``'s settings for sampling or beam search, which greedy generation has no use for.
+SAMPLING = ("do_sample", "temperature", "top_p", "top_k", "num_beams", "typical_p", "repetition_penalty")
 
 
 def answer_texts(row: Row, name: str, value: Any) -> List[str]:
@@ -99,6 +103,18 @@ class GenerativeTask(Task):
         self.fewshot_split = fewshot_split or self.FEWSHOT_SPLIT
         self.fewshot_seed = fewshot_seed
         check_shots(self)
+
+    @classmethod
+    def from_params(cls, params_: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Tango's construction, with a sampling setting refused as such (Tango would call it an
+        "extra parameter", as if it were a typo)."""
+        sampling = [name for name in SAMPLING if isinstance(params_, (dict, Params)) and name in params_]
+        if sampling:
+            raise ConfigurationError(
+                f"{cls.__name__}: {', '.join(sampling)}: generation is greedy only (the most likely token at each "
+                "step, lm-evaluation-harness's default); remove the sampling settings"
+            )
+        return super().from_params(params_, *args, **kwargs)
 
     def det_hash_object(self) -> Any:
         fewshot = fewshot_key(self) if self.num_shots else None

@@ -4,18 +4,7 @@ texts), each the best over the references, as fractions in [0, 1]. Normalising l
 drops punctuation, articles (a, an, the) and extra whitespace. The computation is
 ``torchmetrics.functional.text.squad``'s, imported on first use."""
 
-import re
-import string
 from typing import Dict, Sequence
-
-ARTICLES = re.compile(r"\b(a|an|the)\b")
-
-
-def normalised(text: str) -> str:
-    """SQuAD's normalisation (``normalize_answer`` of its evaluation script, as torchmetrics's):
-    lowercase, without punctuation, articles and extra whitespace."""
-    text = "".join(ch for ch in text.lower() if ch not in string.punctuation)
-    return " ".join(ARTICLES.sub(" ", text).split())
 
 
 def squad_scores(generation: str, references: Sequence[str]) -> Dict[str, float]:

@@ -17,10 +17,11 @@ from tango.common.exceptions import ConfigurationError
 
 from ..models.finetuned import FinetunedModel
 from ..models.loading import ModelSpec, context_window
+from ..models.prompt_room import generation_requests
 from ..storage.hashing import fingerprint
 from ..tasks import Task
 from .choice_records import choice_queries, choice_records
-from .generation_records import generation_records, generation_requests
+from .generation_records import generation_records
 from .perplexity_records import document_queries, perplexity_records, target_queries, target_records
 from .workers import PredictionJob, run_on_workers, strided_shards
 

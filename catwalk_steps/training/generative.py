@@ -128,12 +128,11 @@ def exact_matches(
     pad_token_id: int, max_length: int, batch_size: int,
 ) -> float:
     """The summed exact match of greedy generations for ``examples``, each scored by its task."""
-    from ..models.generation import GenerationRequest, encode_prompt, generate_greedy
+    from ..models.generation import generate_greedy
+    from ..models.prompt_room import generation_requests
 
     instances = [example["instance"] for example in examples]
-    requests = [
-        GenerationRequest(encode_prompt(tokenizer, i.prompt), tuple(i.until), i.max_new_tokens) for i in instances
-    ]
+    requests = generation_requests(tokenizer, instances, max_length)
     generations = generate_greedy(
         lm, tokenizer, requests, pad_token_id=pad_token_id, max_length=max_length, max_batch_size=batch_size
     )

@@ -12,6 +12,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.workspace import Workspace
 
 from ..models.loading import context_window
+from ..models.prompt_room import generation_requests
 from ..models.scoring import encode_pair
 from ..tasks import MCInstance
 from ..tracking.settings import Tracking
@@ -69,6 +70,8 @@ def training_job(
             return answer_examples(tokenizer, per_task, max_length, config.is_encoder_decoder, desc=desc)
         return tokenized_examples(tokenizer, [i for part in per_task for i in part], desc=desc)
 
+    if generative and s.val_metric == "exact_match" and validation_instances:  # its budget, checked before training
+        generation_requests(tokenizer, [i for part in validation_instances for i in part], max_length)
     train = examples(s.train_split, train_instances)
     plan = BatchPlan(len(train), s.batch_size, micro_batch_size, s.seed)
     if plan.steps_per_epoch == 0:

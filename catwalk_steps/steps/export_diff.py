@@ -8,7 +8,7 @@ from tango import Step
 
 from ..reports.diffs import diff_markdown, diff_records
 from ..storage.atomic import publish_text
-from ..tasks.base import check_limit
+from ..tasks.base import check_limit, check_split
 from .compare import check_same_evaluation
 from .export import check_output_dir
 from .predict import PredictStep
@@ -40,6 +40,7 @@ class ExportDiffStep(Step):
         if kwargs.get("task") is None and isinstance(baseline, PredictStep):
             kwargs = {**kwargs, "task": baseline.kwargs["task"]}
             kwargs.update({key: baseline.kwargs[key] for key in ("split", "limit") if key in baseline.kwargs})
+        check_split("split", kwargs.get("task"), kwargs.get("split", "validation"))
         return kwargs
 
     def run(  # type: ignore[override]

@@ -34,6 +34,15 @@ def check_limit(name: str, limit: Optional[int]) -> None:
                                  "leave it out for the whole split")
 
 
+def check_split(setting: str, task: Any, split: Optional[str]) -> None:
+    """Refuses, when the step graph is built, a split ``task`` does not have (a typo would fail
+    only when the step runs)."""
+    if isinstance(task, Task) and split is not None and split not in task.splits:
+        raise ConfigurationError(
+            f"{setting}: {type(task).__name__} has no split {split!r} (have: {', '.join(task.splits)})"
+        )
+
+
 class Task(Registrable, CustomDetHash):
     """A task read from the HF hub or from local files, as instances of one request type.
 

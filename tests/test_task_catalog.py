@@ -111,6 +111,18 @@ def test_a_task_from_a_config_alone(tmp_path):
         TemplateTask(data_files={"validation": str(tmp_path / "m.jsonl")}, context="{q}")
 
 
+@pytest.mark.parametrize("settings, message", [
+    ({"choice_fields": ["a"]}, "choice_fields must name at least 2 fields (the choices), got ['a']"),
+    ({"choices_field": "options", "label_values": []},
+     "label_values is empty: list the label of each choice, or leave it out for an integer label"),
+])
+def test_template_settings_that_make_no_question_are_refused(tmp_path, settings, message):
+    path = write_jsonl(tmp_path / "m.jsonl", [{"q": "2+2?", "a": "4", "options": ["3", "4"], "label": 1}])
+    with pytest.raises(ConfigurationError) as error:
+        TemplateTask(data_files={"validation": str(path)}, context="{q}", **settings)
+    assert str(error.value) == message
+
+
 def test_template_task_builds_from_params(tmp_path):
     from tango.common import Params
 

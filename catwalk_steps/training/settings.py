@@ -190,9 +190,6 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
         raise ConfigurationError(f"validate_every must be at least 1, got {kwargs['validate_every']}")
     for name in ("train_limit", "validation_limit"):
         check_limit(name, kwargs.get(name))
-    for task in kwargs.get("tasks") or []:
-        for name in ("train_split", "validation_split"):
-            check_split(name, task, kwargs.get(name, defaults.get(name)))
     if not 0 <= kwargs.get("warmup_fraction", 0) <= 1:
         raise ConfigurationError(f"warmup_fraction must be between 0 and 1, got {kwargs['warmup_fraction']}")
     if kwargs.get("weight_decay", 0) < 0:
@@ -223,6 +220,9 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
     check_callbacks(kwargs.get("callbacks"))
     check_tracking(kwargs)
     check_val_metric(kwargs)  # and that the tasks are all of one kind
+    for task in kwargs.get("tasks") or []:
+        for name in ("train_split", "validation_split"):
+            check_split(name, task, kwargs.get(name, defaults.get(name)))
     device_count = kwargs.get("device_count", 1)
     check_device_setting(kwargs.get("device", "auto"), device_count)
     if kwargs.get("max_restarts", 0) < 0:

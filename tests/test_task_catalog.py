@@ -176,3 +176,19 @@ def test_social_iqa_and_commonsense_qa_in_both_formulations(tmp_path):
     path = str(write_jsonl(tmp_path / "c.jsonl", [csqa_row]))
     (csqa,) = MultipleChoiceTask.by_name("commonsense_qa")(data_files={"validation": path}).instances("validation")
     assert (csqa.context, csqa.continuations, csqa.label) == (CASES["arc_easy"][1], CASES["arc_easy"][2], 1)
+
+
+def test_a_split_without_instances_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    from tango.workspaces import LocalWorkspace
+
+    from catwalk_steps import PredictStep
+    from catwalk_steps.tasks import MmluTask
+
+    from .conftest import TINY_MODEL
+
+    path = write_jsonl(tmp_path / "mmlu.jsonl", [mmlu_row("anatomy", 0)])
+    task = MmluTask(data_files={"validation": str(path)}, subjects=["astronomy"])
+    monkeypatch.setattr("catwalk_steps.models.loading.ModelSpec.load_tokenizer", None)  # nothing may load
+    with pytest.raises(ConfigurationError) as error:  # it failed later: "No predictions to compute metrics on"
+        PredictStep(model=TINY_MODEL, task=task, step_name="p").result(LocalWorkspace(tmp_path / "ws"))
+    assert str(error.value) == "MmluTask: split 'validation' has no instances to predict"

@@ -66,6 +66,8 @@ def query_work(queries: Sequence[Any], finetuned: Optional[FinetunedModel]) -> s
 def predictions(plan: PredictionPlan) -> Records:
     """One JSON-safe record per instance of the plan's split (see ``catwalk::predict``)."""
     instances = plan.task.instances(plan.split, plan.limit)  # a bad data file fails before anything is loaded
+    if not instances:  # (MMLU's subjects may select none): no records, and nothing to compute metrics on
+        raise ConfigurationError(f"{type(plan.task).__name__}: split {plan.split!r} has no instances to predict")
     tokenizer = plan.spec.load_tokenizer()
     with nullcontext(plan.journals) if plan.journals else TemporaryDirectory(prefix="catwalk-predict-") as journals:
         compute: Compute = partial(_computed, plan, Path(journals), tokenizer.pad_token_id, len(instances))

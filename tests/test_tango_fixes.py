@@ -99,6 +99,8 @@ print(json.dumps({"steps": sorted(n for n in Step.list_available() if n.startswi
     ("limit", 2.5, "PredictStep: limit must be an integer, got 2.5"),
     ("unconditioned", "yes", "PredictStep: unconditioned must be true or false, got 'yes'"),
     ("split", ["validation"], "PredictStep: split must be a string, got ['validation']"),
+    ("task", {"type": "piqa", "data_files": "v.jsonl"},
+     "PiqaTask: data_files must be an object ({name: value, ...}), got 'v.jsonl'"),
 ])
 def test_a_setting_of_the_wrong_type_is_refused_naming_it(setting, value, message):
     # Tango 1.3.2 passes a plain value of the wrong type on to the step unchecked.

@@ -1,6 +1,7 @@
 """A config value of the wrong type was taken silently: a string where a list is meant became a
 list of its characters (``until: "Q:"`` the stops ``Q`` and ``:``, ``wandb_tags: "gpt2"`` four
-tags), and ``limit: "5"`` reached the step as a string. Such a value is now refused when the step
+tags), ``limit: "5"`` reached the step as a string, and a string where an object is meant
+(``data_files: "v.jsonl"``) failed with a ``TypeError``. Such a value is now refused when the step
 graph is built, in one line naming the setting and the fix.
 
 Tango 1.3.2. Tests: ``tests/test_tango_fixes.py::test_a_setting_of_the_wrong_type_is_refused_naming_it``,
@@ -19,6 +20,7 @@ from tango.common.params import Params
 
 #: Annotations whose value Tango iterates: a string there would become its characters.
 LISTS = {list, tuple, set, frozenset, collections.abc.Iterable, collections.abc.Sequence, collections.abc.Set}
+MAPPINGS = {dict, collections.abc.Mapping, collections.abc.MutableMapping}
 #: Plain annotations whose value Tango passes on unchecked, and what a JSON value of each is.
 SCALARS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
@@ -50,13 +52,15 @@ def list_expected(setting: str, value: str) -> ConfigurationError:
 
 def type_problem(annotation: Any, value: Any) -> Optional[str]:
     """Why ``value`` cannot be a setting annotated ``annotation``, if it is a plain value of the
-    wrong kind: a string for a list, or a scalar of another type. Steps and registrables (given by
-    name, a dict or a ``ref``) are left to Tango."""
+    wrong kind: a string for a list, a plain value for an object, or a scalar of another type.
+    Steps and registrables (given by name, a dict or a ``ref``) are left to Tango."""
     kind = without_none(annotation)
     if value is None or isinstance(value, (dict, Params)) or not isinstance(value, (str, int, float, list)):
         return None
     if isinstance(value, str) and (typing.get_origin(kind) or kind) in LISTS:
         return "list"
+    if (typing.get_origin(kind) or kind) in MAPPINGS:
+        return f"must be an object ({{name: value, ...}}), got {value!r}"
     if kind in SCALARS and not fits(value, kind):
         return f"must be {SCALARS[kind]}, got {value!r}"
     return None

@@ -151,7 +151,7 @@ class Row:
         """An optional text field: empty when absent."""
         value = self.data.get(name)
         if value is not None and not isinstance(value, str):
-            raise self.error(name, f"is not a str (got {value!r})")
+            raise self.error(name, f"must be a str (got {value!r})")
         return value or ""
 
     def index_of(self, name: str, options: Sequence[Any]) -> int:

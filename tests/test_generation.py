@@ -121,3 +121,24 @@ def test_a_budget_that_leaves_no_room_for_a_prompt_is_refused_before_the_model_l
     with pytest.raises(ConfigurationError, match="max_new_tokens=64 leaves no room for a prompt in the model's "
                                                  "context window of 64 tokens"):
         PredictStep(model=TINY_MODEL, task=task, step_name="generate").result(LocalWorkspace(tmp_path / "ws"))
+
+
+def test_a_budget_that_leaves_the_prompt_one_token_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    # It was taken: every prompt was cut to its last token.
+    path = write_jsonl(tmp_path / "v.jsonl", ROWS[:2])
+    task = GenerationTask(data_files={"validation": str(path)}, max_new_tokens=63)
+    monkeypatch.setattr("catwalk_steps.prediction.plan.run_on_workers", None)  # no worker (no weights) may start
+    with pytest.raises(ConfigurationError) as error:
+        PredictStep(model=TINY_MODEL, task=task, step_name="generate").result(LocalWorkspace(tmp_path / "ws"))
+    assert str(error.value) == (
+        "max_new_tokens=63 leaves 1 of the model's 64 tokens for the prompt, and 2 of 2 prompts are longer (up to 11 "
+        "tokens): each would be cut to its last 1; lower max_new_tokens to at most 48"
+    )
+
+
+def test_a_budget_that_cuts_some_prompts_costs_a_warning(task, caplog):
+    from catwalk_steps.models.prompt_room import generation_requests
+
+    generation_requests(ModelSpec.parse(TINY_MODEL).conventions(), task.instances("validation"), 64)
+    assert ("1 of 32 prompts are longer than the 54 tokens max_new_tokens=10 leaves of the model's 64: they are cut "
+            "from the left (truncated: true in their records)") in caplog.text

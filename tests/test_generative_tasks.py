@@ -49,13 +49,13 @@ def test_the_cache_key_holds_the_file_contents_and_the_settings(tmp_path):
 
 
 @pytest.mark.parametrize("row, message", [
-    ({"answers": ["4"]}, "row 1: field 'prompt' is missing"),
-    ({"prompt": "", "answers": ["4"]}, "row 1: field 'prompt' is missing"),
-    ({"prompt": "2+2="}, "row 1: field 'answers' must be a non-empty list of answer texts, got None"),
-    ({"prompt": "2+2=", "answers": "4"}, "row 1: field 'answers' must be a non-empty list of answer texts, got '4'"),
-    ({"prompt": "2+2=", "answers": []}, "row 1: field 'answers' must be a non-empty list"),
+    ({"answers": ["4"]}, "line 1: field 'prompt' is missing"),
+    ({"prompt": "", "answers": ["4"]}, "line 1: field 'prompt' is empty: give it a text"),
+    ({"prompt": "2+2="}, "line 1: field 'answers' must be a non-empty list of answer texts, got None"),
+    ({"prompt": "2+2=", "answers": "4"}, "line 1: field 'answers' must be a non-empty list of answer texts, got '4'"),
+    ({"prompt": "2+2=", "answers": []}, "line 1: field 'answers' must be a non-empty list"),
 ])
-def test_a_bad_row_names_the_file_row_and_field(tmp_path, row, message):
+def test_a_bad_row_names_the_file_line_and_field(tmp_path, row, message):
     path = write_jsonl(tmp_path / "v.jsonl", [row])
     with pytest.raises(DataError, match=str(path)) as error:
         GenerationTask(data_files={"validation": str(path)}).instances("validation")
@@ -65,8 +65,20 @@ def test_a_bad_row_names_the_file_row_and_field(tmp_path, row, message):
 def test_an_answer_that_is_not_a_text_is_named(tmp_path):
     path = tmp_path / "v.jsonl"
     path.write_text('{"prompt": "1+1=", "answers": [2]}\n')
-    with pytest.raises(DataError, match="row 1: field 'answers' must hold only texts, got 2"):
+    with pytest.raises(DataError, match="line 1: field 'answers' must hold only texts, got 2"):
         GenerationTask(data_files={"validation": str(path)}).instances("validation")
+
+
+@pytest.mark.parametrize("answer", ["", " ", "...", " ?! "])
+def test_an_answer_scoring_cannot_tell_from_an_empty_one_is_refused(tmp_path, answer):
+    # It was taken, and a punctuation-only generation scored exact_match 1.0 and f1 1.0 against it.
+    path = write_jsonl(tmp_path / "v.jsonl", [{"prompt": "2+2=", "answers": ["4", answer]}])
+    with pytest.raises(DataError) as error:
+        GenerationTask(data_files={"validation": str(path)}).instances("validation")
+    assert str(error.value) == (
+        f"{path}: line 1: field 'answers' holds {answer!r}, which is empty once SQuAD's scoring drops punctuation: an "
+        "empty or punctuation-only generation would match it; remove it"
+    )
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -80,6 +92,28 @@ def test_bad_settings_fail_at_graph_build(tmp_path, settings, message):
     with pytest.raises(ConfigurationError, match=message):
         StepGraph.from_params({"p": {"type": "catwalk::predict", "model": "rc::gpt2",
                                      "task": {"type": "generation", **data_files, **settings}}})
+
+
+def test_until_given_as_a_string_is_refused(tmp_path):
+    path = write_jsonl(tmp_path / "v.jsonl", [{"prompt": "1+1=", "answers": ["2"]}])
+    task = {"type": "generation", "data_files": {"validation": str(path)}, "until": "Q:"}
+    message = """GenerationTask: until must be a list, got the string 'Q:': write ["Q:"] for one item"""
+    with pytest.raises(ConfigurationError) as error:  # it was the stops "Q" and ":"
+        StepGraph.from_params({"p": {"type": "catwalk::predict", "model": "rc::gpt2", "task": task}})
+    assert str(error.value) == message
+    with pytest.raises(ConfigurationError, match="until must be a list, got the string 'Q:'"):
+        GenerationTask(data_files={"validation": str(path)}, until="Q:")  # type: ignore[arg-type]
+
+
+def test_sampling_settings_are_refused_as_greedy_only(tmp_path):
+    path = write_jsonl(tmp_path / "v.jsonl", [{"prompt": "1+1=", "answers": ["2"]}])
+    task = {"type": "generation", "data_files": {"validation": str(path)}, "do_sample": True, "temperature": 0.7}
+    with pytest.raises(ConfigurationError) as error:  # it was "Extra parameters passed to GenerationTask"
+        StepGraph.from_params({"p": {"type": "catwalk::predict", "model": "rc::gpt2", "task": task}})
+    assert str(error.value) == (
+        "GenerationTask: do_sample, temperature: generation is greedy only (the most likely token at each step, "
+        "lm-evaluation-harness's default); remove the sampling settings"
+    )
 
 
 def test_gsm8k_prompts_demonstrations_and_filters_are_lm_evaluation_harness_s(tmp_path):
@@ -124,5 +158,5 @@ def test_squad_and_triviaqa_read_the_hub_fields(tmp_path):
     assert instance.prompt == "Question: Which planet is red?\nAnswer:"
     assert [s["exact_match"] for s in task.scores([instance] * 3, [" red planet", "mars", "Venus"])] == [1.0, 1.0, 0.0]
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"question": "q", "answer": ["Mars"]}])
-    with pytest.raises(DataError, match="row 1: field 'answer' must be an object with a 'aliases' field"):
+    with pytest.raises(DataError, match="line 1: field 'answer' must be an object with a 'aliases' field"):
         TriviaQATask(data_files={"validation": str(bad)}).instances("validation")

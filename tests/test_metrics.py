@@ -105,3 +105,30 @@ def test_an_empty_table_still_renders():
     table = MetricsTable.from_results({}, ["run"])
     assert table.to_markdown() == "| run |\n|---|\n"
     assert table.to_rich().row_count == 0
+
+
+MIXED = {  # a generative and a perplexity task in one table: ten columns
+    "tiny-generation/zero-shot": {"exact_match": 0.25, "exact_match_stderr": 0.1, "f1": 0.3, "f1_stderr": 0.1,
+                                  "truncated": 0, "count": 16},
+    "tiny-perplexity/zero-shot": {"bits_per_byte": 1.5, "byte_perplexity": 2.8, "token_perplexity": 30.1,
+                                  "word_perplexity": 100.2, "count": 16},
+}
+
+
+@pytest.mark.parametrize("width", [60, 40])
+def test_the_printed_table_fits_a_narrow_terminal_with_every_header_whole(monkeypatch, width):
+    import io
+
+    from rich.console import Console
+
+    from catwalk_steps.steps import metrics
+
+    printed = []
+    monkeypatch.setattr(metrics.cli_logger, "info", printed.append)
+    metrics.PrintMetricsStep(table=None).run(MetricsTable.from_results(MIXED, ["task", "run"]))
+    console = Console(width=width, file=io.StringIO(), record=True)
+    console.print(*printed)
+    text = console.export_text()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= width  # it was cut: token_perplexi…
+    for name in ("token_perplexity", "word_perplexity", "exact_match", "tiny-perplexity", "0.2500 ± 0.1000"):
+        assert name in text

@@ -83,16 +83,16 @@ def test_lambada_splits_off_the_last_word():
 
 @pytest.mark.parametrize("row, problem", [
     ({"txt": "a typo in the field name"}, "field 'text' is missing"),
-    ({"text": ""}, "field 'text' is missing"),
+    ({"text": ""}, "field 'text' is empty"),
     ({"text": "  \n "}, "field 'text' is an empty document"),
-    ({"text": ["a", "list"]}, "field 'text' is missing or not a str"),
+    ({"text": ["a", "list"]}, "field 'text' must be a str"),
 ])
 def test_a_bad_document_fails_before_any_model_loads(tmp_path, row, problem):
     path = write_jsonl(tmp_path / "docs.jsonl", [{"text": "A good document."}, row])
     task = PerplexityTask(data_files={"validation": str(path)})
     # A model that does not exist: the data error must come first.
     step = PredictStep(model="rc::no-such-model-anywhere", task=task)
-    with pytest.raises(DataError, match=f"{path}: row 2: {problem}"):
+    with pytest.raises(DataError, match=f"{path}: line 2: {problem}"):
         step.run(model="rc::no-such-model-anywhere", task=task)
 
 

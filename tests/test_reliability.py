@@ -298,6 +298,33 @@ def test_a_bad_data_file_fails_the_step_before_any_model_is_loaded(tmp_path, mon
         step.result(LocalWorkspace(tmp_path / "ws"))
 
 
+@pytest.mark.parametrize("limit", [-1, 0])  # -1 dropped the last instance; 0 failed after the model loaded
+@pytest.mark.parametrize("step, setting", [
+    ({"type": "catwalk::predict", "model": TINY_MODEL, "task": PIQA}, "limit"),
+    (FINETUNE, "train_limit"),
+    (FINETUNE, "validation_limit"),
+])
+def test_a_limit_below_one_is_refused_when_the_graph_is_built(step, setting, limit):
+    with pytest.raises(ConfigurationError) as error:
+        StepGraph.from_params({"s": {**step, setting: limit}})
+    assert str(error.value) == (f"{setting} must be at least 1 (the first {setting} instances), got {limit}: "
+                                "leave it out for the whole split")
+
+
+@pytest.mark.parametrize("steps, message", [
+    ({"p": {"type": "catwalk::predict", "model": TINY_MODEL, "task": PIQA, "split": "valid"}},
+     "split: PiqaTask has no split 'valid' (have: train, validation)"),
+    ({"f": {**FINETUNE, "validation_split": "dev"}}, "validation_split: PiqaTask has no split 'dev' (have: train, validation)"),
+    ({"f": {**FINETUNE, "warmup_fraction": 1.5}}, "warmup_fraction must be between 0 and 1, got 1.5"),
+    ({"f": {**FINETUNE, "weight_decay": -0.1}}, "weight_decay must be at least 0, got -0.1"),
+    ({"f": {**FINETUNE, "max_grad_norm": 0}}, "max_grad_norm must be positive (or null: no clipping), got 0"),
+])
+def test_a_split_or_range_that_cannot_work_is_refused_when_the_graph_is_built(steps, message):
+    with pytest.raises(ConfigurationError) as error:
+        StepGraph.from_params(steps)
+    assert str(error.value) == message
+
+
 def test_unknown_task_lists_the_known_ones():
     with pytest.raises(ConfigurationError) as error:
         StepGraph.from_params({"f": {**FINETUNE, "tasks": [{"type": "piqaa"}]}})

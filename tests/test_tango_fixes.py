@@ -3,6 +3,9 @@ import json
 import subprocess
 import sys
 
+import pytest
+from tango.common.exceptions import ConfigurationError
+from tango.step_graph import StepGraph
 from tango.step_info import EnvironmentMetadata
 
 import catwalk_steps  # noqa: F401  (applies the patch)
@@ -89,3 +92,26 @@ print(json.dumps({"steps": sorted(n for n in Step.list_available() if n.startswi
                               "catwalk::export_predictions", "catwalk::finetune", "catwalk::predict",
                               "catwalk::print_metrics", "catwalk::tabulate_metrics"]
     assert found["tasks"] >= 14
+
+
+@pytest.mark.parametrize("setting, value, message", [
+    ("limit", "5", "PredictStep: limit must be an integer, got '5'"),
+    ("limit", 2.5, "PredictStep: limit must be an integer, got 2.5"),
+    ("unconditioned", "yes", "PredictStep: unconditioned must be true or false, got 'yes'"),
+    ("split", ["validation"], "PredictStep: split must be a string, got ['validation']"),
+    ("task", {"type": "piqa", "data_files": "v.jsonl"},
+     "PiqaTask: data_files must be an object ({name: value, ...}), got 'v.jsonl'"),
+])
+def test_a_setting_of_the_wrong_type_is_refused_naming_it(setting, value, message):
+    # Tango 1.3.2 passes a plain value of the wrong type on to the step unchecked.
+    step = {"type": "catwalk::predict", "model": TINY_MODEL, "task": {"type": "piqa", "data_files": {
+        "validation": str(TINY / "validation.jsonl")}}, setting: value}
+    with pytest.raises(ConfigurationError) as error:
+        StepGraph.from_params({"p": step})
+    assert str(error.value) == message
+
+
+def test_a_string_where_a_list_is_meant_is_refused_not_split_into_characters():
+    with pytest.raises(ConfigurationError) as error:
+        StepGraph.from_params({"f": {"type": "catwalk::finetune", "model": TINY_MODEL, "tasks": "piqa"}})
+    assert str(error.value) == """FinetuneStep: tasks must be a list, got the string 'piqa': write ["piqa"] for one item"""

@@ -91,7 +91,7 @@ def test_bad_rows_are_named(tmp_path, name, row, message):
     path = write_jsonl(tmp_path / "bad.jsonl", [row])
     with pytest.raises(DataError) as error:
         MultipleChoiceTask.by_name(name)(data_files={"train": str(path)}).instances("train")
-    assert f"{path}: row 1: " in str(error.value) and message in str(error.value)
+    assert f"{path}: line 1: " in str(error.value) and message in str(error.value)
 
 
 def test_a_task_from_a_config_alone(tmp_path):
@@ -109,6 +109,18 @@ def test_a_task_from_a_config_alone(tmp_path):
     assert det_hash(other_prompt) != det_hash(task)
     with pytest.raises(ConfigurationError, match="exactly one of choice_fields and choices_field"):
         TemplateTask(data_files={"validation": str(tmp_path / "m.jsonl")}, context="{q}")
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"choice_fields": ["a"]}, "choice_fields must name at least 2 fields (the choices), got ['a']"),
+    ({"choices_field": "options", "label_values": []},
+     "label_values is empty: list the label of each choice, or leave it out for an integer label"),
+])
+def test_template_settings_that_make_no_question_are_refused(tmp_path, settings, message):
+    path = write_jsonl(tmp_path / "m.jsonl", [{"q": "2+2?", "a": "4", "options": ["3", "4"], "label": 1}])
+    with pytest.raises(ConfigurationError) as error:
+        TemplateTask(data_files={"validation": str(path)}, context="{q}", **settings)
+    assert str(error.value) == message
 
 
 def test_template_task_builds_from_params(tmp_path):
@@ -146,7 +158,7 @@ def test_mmlu_subjects_prompts_and_groups(tmp_path):
     with pytest.raises(ConfigurationError, match="Unknown MMLU subjects: anatomyy"):
         mmlu(subjects=["anatomyy"])
     bad = write_jsonl(tmp_path / "bad.jsonl", [mmlu_row("cooking", 0)])
-    with pytest.raises(DataError, match="row 1: field 'subject' is not an MMLU subject"):
+    with pytest.raises(DataError, match="line 1: field 'subject' is not an MMLU subject"):
         mmlu(data_files={"test": str(bad)}).instances("test")
 
 
@@ -164,3 +176,19 @@ def test_social_iqa_and_commonsense_qa_in_both_formulations(tmp_path):
     path = str(write_jsonl(tmp_path / "c.jsonl", [csqa_row]))
     (csqa,) = MultipleChoiceTask.by_name("commonsense_qa")(data_files={"validation": path}).instances("validation")
     assert (csqa.context, csqa.continuations, csqa.label) == (CASES["arc_easy"][1], CASES["arc_easy"][2], 1)
+
+
+def test_a_split_without_instances_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    from tango.workspaces import LocalWorkspace
+
+    from catwalk_steps import PredictStep
+    from catwalk_steps.tasks import MmluTask
+
+    from .conftest import TINY_MODEL
+
+    path = write_jsonl(tmp_path / "mmlu.jsonl", [mmlu_row("anatomy", 0)])
+    task = MmluTask(data_files={"validation": str(path)}, subjects=["astronomy"])
+    monkeypatch.setattr("catwalk_steps.models.loading.ModelSpec.load_tokenizer", None)  # nothing may load
+    with pytest.raises(ConfigurationError) as error:  # it failed later: "No predictions to compute metrics on"
+        PredictStep(model=TINY_MODEL, task=task, step_name="p").result(LocalWorkspace(tmp_path / "ws"))
+    assert str(error.value) == "MmluTask: split 'validation' has no instances to predict"

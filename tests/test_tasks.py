@@ -42,10 +42,10 @@ def test_every_multiple_choice_task_is_a_task_by_the_same_name():
 @pytest.mark.parametrize(
     "bad_row, message",
     [
-        ({"goal": "g", "sol1": "a", "label": 0}, "row 2: field 'sol2' is missing"),
-        ({"goal": "", "sol1": "a", "sol2": "b", "label": 0}, "row 2: field 'goal' is missing"),
-        ({"goal": "g", "sol1": "a", "sol2": "b", "label": 2}, "row 2: field 'label' must be in [0, 1], got 2"),
-        ({"goal": "g", "sol1": "a", "sol2": "b", "label": -1}, "row 2: field 'label' must be in [0, 1], got -1"),
+        ({"goal": "g", "sol1": "a", "label": 0}, "line 2: field 'sol2' is missing"),
+        ({"goal": "", "sol1": "a", "sol2": "b", "label": 0}, "line 2: field 'goal' is empty"),
+        ({"goal": "g", "sol1": "a", "sol2": "b", "label": 2}, "line 2: field 'label' must be in [0, 1], got 2"),
+        ({"goal": "g", "sol1": "a", "sol2": "b", "label": -1}, "line 2: field 'label' must be in [0, 1], got -1"),
     ],
 )
 def test_bad_rows_name_file_row_and_field(tmp_path, bad_row, message):
@@ -54,6 +54,24 @@ def test_bad_rows_name_file_row_and_field(tmp_path, bad_row, message):
         PiqaTask(data_files={"train": str(path)}).instances("train")
     assert str(path) in str(error.value)
     assert message in str(error.value)
+
+
+BAD = {**ROWS[1], "label": 5}
+
+
+@pytest.mark.parametrize("name, text, line", [
+    # Blank lines are skipped: the bad row is the third, on line 5 (it was "row 3").
+    ("v.jsonl", "".join(json.dumps(row) + "\n\n" for row in (*ROWS, BAD)), 5),
+    ("v.json", "[\n" + ",\n\n".join(json.dumps(row) for row in (*ROWS, BAD)) + "\n]\n", 6),
+    # A quoted field holding a line break (lines 2-3) and a blank line: the bad row is on line 6.
+    ("v.csv", 'goal,sol1,sol2,label\n"Keep a door\nopen",a,b,0\n\n' + "Dry wet shoes,c,d,1\nx,e,f,5\n", 6),
+])
+def test_a_bad_row_names_its_line_in_the_file(tmp_path, name, text, line):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(DataError) as error:
+        PiqaTask(data_files={"train": str(path)}).instances("train")
+    assert str(error.value) == f"{path}: line {line}: field 'label' must be in [0, 1], got 5"
 
 
 def test_missing_data_file_and_split_are_configuration_errors(tmp_path):

@@ -6,6 +6,7 @@ changes nothing but a warning."""
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,13 +17,14 @@ import pytest
 import torch
 from tango.common.exceptions import ConfigurationError
 from tango.common.lazy import Lazy
+from tango.step_graph import StepGraph
 from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import ExportPredictionsStep, FinetuneStep
 from catwalk_steps.tracking.settings import RunIdentity, Tracking, WandbSettings
 from catwalk_steps.tracking.wandb_run import WandbRun
 
-from .conftest import NO_DROPOUT, TINY_MODEL
+from .conftest import NO_DROPOUT, TINY, TINY_MODEL
 from .test_export import TABLE
 from .test_training_config import FailAt
 from .wandb_records import offline_runs
@@ -128,6 +130,17 @@ def test_tracking_settings_stay_out_of_the_key_and_are_checked_when_the_graph_is
         finetune(tiny_task, wandb_project="p")
     assert ExportPredictionsStep(output_dir="/tmp/x").unique_id == ExportPredictionsStep(
         output_dir="/tmp/x", wandb_project=None).unique_id
+
+
+def test_wandb_tags_given_as_a_string_are_refused(tiny_task):
+    step = {"type": "catwalk::finetune", "model": TINY_MODEL, "tasks": [{"type": "piqa", "data_files": {
+        "train": str(TINY / "train.jsonl"), "validation": str(TINY / "validation.jsonl")}}],
+        "wandb_project": "p", "wandb_tags": "gpt2"}
+    message = """wandb_tags must be a list, got the string 'gpt2': write ["gpt2"] for one item"""
+    with pytest.raises(ConfigurationError, match=re.escape(message)):  # it was the tags g, p, t, 2
+        StepGraph.from_params({"f": step})
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
+        finetune(tiny_task, wandb_project="p", wandb_tags="gpt2")
 
 
 def closed_port() -> int:

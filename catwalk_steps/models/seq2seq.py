@@ -1,7 +1,8 @@
 """Rank classification with encoder-decoder models (T5, Flan-T5): the context goes to the
 encoder, and the decoder scores each continuation.
 
-Queries are tokenised as for decoder-only models (``scoring.encode_pair``: no special tokens,
+Queries are tokenised as for decoder-only models (``conventions.TokenConventions.pair``: for an
+encoder-decoder no special tokens,
 the continuation's tokens the tail of ``context + continuation``), and training collates them
 in the decoder-only layout (``scoring.collate_queries``). So that training and prediction share
 one path and one truncation rule, the context and continuation of each row are read back from

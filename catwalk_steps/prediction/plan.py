@@ -18,11 +18,12 @@ from tango.common.exceptions import ConfigurationError
 from ..models.finetuned import FinetunedModel
 from ..models.chat_templates import template_renderer
 from ..models.loading import ModelSpec, context_window
+from ..models.prompt_room import generation_requests
 from ..storage.hashing import fingerprint
 from ..tasks import Task
 from ..tasks.chat import ChatSettings
 from .choice_records import choice_queries, choice_records
-from .generation_records import generation_records, generation_requests
+from .generation_records import generation_records
 from .perplexity_records import document_queries, perplexity_records, target_queries, target_records
 from .workers import PredictionJob, run_on_workers, strided_shards
 
@@ -81,6 +82,8 @@ def _records(plan: PredictionPlan) -> Records:
         conventions = plan.spec.conventions()
         chat = plan.chat.format(template_renderer(conventions.tokenizer, plan.chat.template, plan.spec.pretrained))
         instances = plan.task.instances(plan.split, plan.limit, chat=chat)
+    if not instances:  # (MMLU's subjects may select none): no records, and nothing to compute metrics on
+        raise ConfigurationError(f"{type(plan.task).__name__}: split {plan.split!r} has no instances to predict")
     with nullcontext(plan.journals) if plan.journals else TemporaryDirectory(prefix="catwalk-predict-") as journals:
         compute: Compute = partial(_computed, plan, Path(journals), conventions.pad_token_id, len(instances))
         if plan.task.REQUEST_TYPE == "generate_until":

@@ -107,17 +107,23 @@ class MetricsTable:
             for row in self.rows
         ]
 
-    def to_rich(self, title: str = "Metrics") -> Table:
-        table = Table(title=title, caption=self.caption or None, caption_justify="left")
+    def to_rich(self, title: str = "Metrics", columns: Optional[Sequence[str]] = None, caption: bool = True) -> Table:
+        """The table for the terminal, of ``columns`` (by default every displayed column) only.
+        Names stay whole; a number folds rather than being cut (:mod:`.terminal` splits a table
+        too wide for the terminal)."""
+        table = Table(title=title, caption=(self.caption if caption else "") or None, caption_justify="left")
         text = self.text_columns()
+        shown = self.display_columns()
         cells = self.cells()
-        for n, column in enumerate(self.display_columns()):
+        for n, column in enumerate(shown):
+            if columns is not None and column not in columns:
+                continue
             if column in text:  # names stay whole: the numbers wrap first when the terminal is narrow
                 table.add_column(column, justify="left", min_width=max([len(row[n]) for row in cells] + [len(column)]))
             else:
-                table.add_column(column, justify="right")
+                table.add_column(column, justify="right", overflow="fold")
         for row in cells:
-            table.add_row(*row)
+            table.add_row(*[cell for column, cell in zip(shown, row) if columns is None or column in columns])
         return table
 
     def to_markdown(self) -> str:

@@ -8,6 +8,7 @@ from tango import Step
 
 from ..reports.diffs import diff_markdown, diff_records
 from ..storage.atomic import publish_text
+from ..tasks.base import check_limit, check_split
 from .compare import check_same_evaluation
 from .export import check_output_dir
 from .predict import PredictStep
@@ -33,11 +34,13 @@ class ExportDiffStep(Step):
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         """Settings are checked when the step graph is built, before any step of a run starts."""
         check_output_dir(kwargs.get("output_dir", ""))
+        check_limit("limit", kwargs.get("limit"))
         baseline = kwargs.get("baseline")
         check_same_evaluation(baseline, kwargs.get("candidate"))
         if kwargs.get("task") is None and isinstance(baseline, PredictStep):
             kwargs = {**kwargs, "task": baseline.kwargs["task"]}
             kwargs.update({key: baseline.kwargs[key] for key in ("split", "limit") if key in baseline.kwargs})
+        check_split("split", kwargs.get("task"), kwargs.get("split", "validation"))
         return kwargs
 
     def run(  # type: ignore[override]

@@ -18,6 +18,7 @@ from ..reports.perplexity import document_perplexities, target_metrics
 from ..reports.replicates import add_replicate_rows, check_replicates
 from ..reports.table_comparisons import add_comparisons, check_baseline
 from ..reports.tables import MetricsTable, check_average_over
+from ..reports.terminal import FittedTable
 from ..storage.atomic import AtomicJsonFormat, publish_text, read_json
 from ..tango_fixes.class_paths import keep_class_path
 
@@ -171,5 +172,5 @@ class PrintMetricsStep(Step):
     CACHEABLE = False
 
     def run(self, table: MetricsTable, title: str = "Metrics") -> str:  # type: ignore[override]
-        cli_logger.info(table.to_rich(title))
+        cli_logger.info(FittedTable(table, title))  # as wide as the terminal it is printed to
         return table.to_markdown()

@@ -20,6 +20,7 @@ from ..storage.atomic import AtomicJsonFormat
 from ..tango_fixes.class_paths import keep_class_path
 from ..tasks import Task
 from ..tasks.chat import ChatSettings, check_chat_settings
+from ..tasks.base import check_limit, check_split
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -66,6 +67,8 @@ class PredictStep(Step):
         if kwargs.get("max_batch_size", 1) < 1 or kwargs.get("max_batch_tokens", 1) < 1:
             raise ConfigurationError("max_batch_size and max_batch_tokens must be positive")
         check_device_setting(kwargs.get("device", "auto"), kwargs.get("device_count", 1))
+        check_limit("limit", kwargs.get("limit"))
+        check_split("split", kwargs.get("task"), kwargs.get("split", "validation"))
         if kwargs.get("dtype", "float32") not in DTYPES:
             raise ConfigurationError(f"dtype must be one of {', '.join(DTYPES)}, got {kwargs['dtype']!r}")
         if isinstance(kwargs.get("model"), str):

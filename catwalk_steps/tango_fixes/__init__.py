@@ -14,6 +14,7 @@ from . import (  # noqa: F401  (each patches Tango on import)
     killed_step_state,
     package_walk,
     registered_runs,
+    setting_types,
     wait_for_running_step,
     work_dir_cleanup,
     writable_workspace,

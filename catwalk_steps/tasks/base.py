@@ -26,6 +26,23 @@ LOCAL_DATA = "give the task local files of the same fields as data_files ({split
 _T = TypeVar("_T")
 
 
+def check_limit(name: str, limit: Optional[int]) -> None:
+    """Refuses a ``limit`` (the first N instances) below 1 when the step graph is built: a slice
+    would drop the last instances for a negative one, and none would be left for 0."""
+    if limit is not None and limit < 1:
+        raise ConfigurationError(f"{name} must be at least 1 (the first {name} instances), got {limit}: "
+                                 "leave it out for the whole split")
+
+
+def check_split(setting: str, task: Any, split: Optional[str]) -> None:
+    """Refuses, when the step graph is built, a split ``task`` does not have (a typo would fail
+    only when the step runs)."""
+    if isinstance(task, Task) and split is not None and split not in task.splits:
+        raise ConfigurationError(
+            f"{setting}: {type(task).__name__} has no split {split!r} (have: {', '.join(task.splits)})"
+        )
+
+
 class Task(Registrable, CustomDetHash):
     """A task read from the HF hub or from local files, as instances of one request type.
 
@@ -92,8 +109,7 @@ class Task(Registrable, CustomDetHash):
                 raise ConfigurationError(
                     f"{type(self).__name__}: no data file for split '{split}' (have: {', '.join(self.data_files)})"
                 )
-            path = self.data_files[split]
-            return load_local_rows(path, split), str(path)
+            return load_local_rows(self.data_files[split], split)
         if self.hub_id is None:
             raise ConfigurationError(f"{type(self).__name__} has no hub copy: give data_files")
         if split not in self.HUB_SPLITS:

@@ -6,11 +6,11 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 from tango.common.exceptions import ConfigurationError
 
-from .instance import DataError
+from .instance import DataError, Source
 
 if TYPE_CHECKING:
     import datasets
@@ -41,7 +41,9 @@ def _cut_off(error: json.JSONDecodeError, text: str) -> bool:
     return error.msg.startswith("Unterminated string") or error.pos >= len(text.rstrip())
 
 
-def _check_json_lines(path: Path, text: str) -> None:
+def _check_json_lines(path: Path, text: str) -> List[int]:
+    """The file line of each row (blank lines hold none)."""
+    lines = []
     for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
@@ -57,13 +59,14 @@ def _check_json_lines(path: Path, text: str) -> None:
             raise DataError(
                 f"{path}: line {number}: a JSON {_json_type(value)} where a row is expected: {ONE_OBJECT_PER_LINE}"
             )
+        lines.append(number)
+    return lines
 
 
-def _check_json(path: Path, text: str) -> None:
+def _check_json(path: Path, text: str) -> List[int]:
     """A ``.json`` file holds one array of objects, or, like ``.jsonl``, one object per line."""
     if not text.lstrip().startswith("["):
-        _check_json_lines(path, text)
-        return
+        return _check_json_lines(path, text)
     try:
         rows = json.loads(text)
     except json.JSONDecodeError as e:
@@ -77,49 +80,70 @@ def _check_json(path: Path, text: str) -> None:
                             'an object, {"field": value, ...}')
     if not rows:
         raise DataError(f"{path}: the array is empty: it must hold one object per row")
+    return _item_lines(text)
 
 
-def _check_csv(path: Path, text: str) -> None:
+def _item_lines(text: str) -> List[int]:
+    """The line each item of a (valid) JSON array starts on."""
+    decoder, lines = json.JSONDecoder(), []
+    position = text.index("[") + 1
+    while True:
+        while text[position] in " \t\r\n,":
+            position += 1
+        if text[position] == "]":
+            return lines
+        lines.append(text.count("\n", 0, position) + 1)
+        position = decoder.raw_decode(text, position)[1]
+
+
+def _check_csv(path: Path, text: str) -> List[int]:
+    """The line each data row starts on (a quoted field may hold line breaks)."""
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    header = None
+    header, lines, start = None, [], 1
     try:
         for row in reader:
+            row_start, start = start, reader.line_num + 1
             if not row:  # a blank line, skipped by the reader datasets uses too
                 continue
             if header is None:
                 header = row
-            elif len(row) != len(header):
+                continue
+            if len(row) != len(header):
                 raise DataError(
                     f"{path}: line {reader.line_num}: {len(row)} fields where the header has {len(header)}: quote "
                     'a text field that holds a comma ("...") and give every row every column'
                 )
+            lines.append(row_start)
     except csv.Error as e:
         raise DataError(f"{path}: line {reader.line_num}: not valid CSV ({e}): close or escape (\"\") the quote") from None
+    return lines
 
 
-def check_data_file(path: Path) -> None:
-    """Raises a :class:`DataError` naming ``path``, the line and what to fix if it cannot be
-    rows: empty, not UTF-8, a line that is not JSON (a cut-off last line among them), a JSON
-    value that is not an object, a CSV row with the wrong number of fields."""
+def check_data_file(path: Path) -> Optional[List[int]]:
+    """The file line of each row (None for parquet). Raises a :class:`DataError` naming ``path``,
+    the line and what to fix if it cannot be rows: empty, not UTF-8, a line that is not JSON (a
+    cut-off last line among them), a JSON value that is not an object, a CSV row with the wrong
+    number of fields."""
     data = path.read_bytes()
     if not data.strip():
         raise DataError(f"{path}: the file is empty: it must hold the split's rows (was it cut off or not yet written?)")
     if path.suffix == ".parquet":  # binary: datasets's reader says what is wrong (load_local_rows)
-        return
+        return None
     text = _text(path, data)
-    {".jsonl": _check_json_lines, ".json": _check_json, ".csv": _check_csv}[path.suffix](path, text)
+    return {".jsonl": _check_json_lines, ".json": _check_json, ".csv": _check_csv}[path.suffix](path, text)
 
 
-def load_local_rows(path: Path, split: str) -> "datasets.Dataset":
-    """The rows of a local data file, checked (:func:`check_data_file`) before ``datasets`` reads it."""
+def load_local_rows(path: Path, split: str) -> Tuple["datasets.Dataset", Source]:
+    """The rows of a local data file, checked (:func:`check_data_file`) before ``datasets`` reads
+    it, and the file as their :class:`~.instance.Source` (with each row's line)."""
     import datasets
 
     builder = BUILDERS.get(path.suffix)
     if builder is None:
         raise ConfigurationError(f"{path}: unsupported data file type (use .jsonl, .json, .csv or .parquet)")
-    check_data_file(path)
+    lines = check_data_file(path)
     try:
-        return datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
+        rows = datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
     except Exception as e:  # what datasets and pyarrow raise varies by version; the innermost says why
         cause = e
         while cause.__cause__ is not None or (cause.__context__ is not None and not cause.__suppress_context__):
@@ -131,3 +155,4 @@ def load_local_rows(path: Path, split: str) -> "datasets.Dataset":
         raise DataError(
             f"{path}: datasets cannot read it as {builder} ({type(cause).__name__}: {cause}): {fix}"
         ) from e
+    return rows, Source(str(path), lines if lines is not None and len(lines) == len(rows) else None)

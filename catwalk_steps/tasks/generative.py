@@ -8,10 +8,13 @@ averages. ``{type: "generation"}`` reads any local JSONL of ``{"prompt": str, "a
 ...]}`` lines, or of chat data as TRL takes it (:mod:`.conversations`).
 """
 
+import string
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tango.common.exceptions import ConfigurationError
+from tango.common.params import Params
 
+from ..tango_fixes.setting_types import list_expected
 from .answer_match import squad_scores
 from .base import Task
 from .chat import ChatFormat
@@ -22,20 +25,32 @@ from .instance import GenerationInstance, Row
 if TYPE_CHECKING:
     import datasets
 
+#: ``generate``'s settings for sampling or beam search, which greedy generation has no use for.
+SAMPLING = ("do_sample", "temperature", "top_p", "top_k", "num_beams", "typical_p", "repetition_penalty")
+
+NO_PUNCTUATION = str.maketrans("", "", string.punctuation)  # what SQuAD's normalisation drops
+
 
 def answer_texts(row: Row, name: str, value: Any) -> List[str]:
-    """``value`` (field ``name`` of ``row``, or a part of it) as a non-empty list of texts."""
+    """``value`` (field ``name`` of ``row``, or a part of it) as a non-empty list of texts, each
+    of which SQuAD's scoring can tell from an empty answer. (One of articles alone, ``"The"``, it
+    cannot either, but that is a word a dataset may mean; it is left as SQuAD's scoring treats it.)"""
     if not isinstance(value, list) or not value:
         raise row.error(name, f"must be a non-empty list of answer texts, got {value!r}")
     for answer in value:
         if not isinstance(answer, str):
             raise row.error(name, f"must hold only texts, got {answer!r}")
+        if not answer.translate(NO_PUNCTUATION).strip():
+            raise row.error(name, f"holds {answer!r}, which is empty once SQuAD's scoring drops punctuation: an empty "
+                                  "or punctuation-only generation would match it; remove it")
     return value
 
 
 def check_generation_settings(owner: str, until: Sequence[str], max_new_tokens: int) -> None:
     if max_new_tokens < 1:
         raise ConfigurationError(f"{owner}: max_new_tokens must be at least 1, got {max_new_tokens}")
+    if isinstance(until, str):
+        raise list_expected(f"{owner}: until", until)
     if not isinstance(until, (list, tuple)) or not all(isinstance(stop, str) for stop in until):
         raise ConfigurationError(f"{owner}: until must be a list of stop strings, got {until!r}")
     if "" in until:
@@ -86,13 +101,26 @@ class GenerativeTask(Task):
         super().__init__(data_files, hub_id, revision)
         if not self.data_files and self.hub_id is None:
             raise ConfigurationError(f"{type(self).__name__} has no hub copy: give data_files ({{split: path}})")
-        self.until = tuple(self.UNTIL if until is None else until)
+        until = self.UNTIL if until is None else until
         self.max_new_tokens = self.MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens
-        check_generation_settings(type(self).__name__, self.until, self.max_new_tokens)
+        check_generation_settings(type(self).__name__, until, self.max_new_tokens)
+        self.until = tuple(until)  # checked first: a string would become its characters
         self.num_shots = self.DEFAULT_SHOTS if num_shots is None else num_shots
         self.fewshot_split = fewshot_split or self.FEWSHOT_SPLIT
         self.fewshot_seed = fewshot_seed
         check_shots(self)
+
+    @classmethod
+    def from_params(cls, params_: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Tango's construction, with a sampling setting refused as such (Tango would call it an
+        "extra parameter", as if it were a typo)."""
+        sampling = [name for name in SAMPLING if isinstance(params_, (dict, Params)) and name in params_]
+        if sampling:
+            raise ConfigurationError(
+                f"{cls.__name__}: {', '.join(sampling)}: generation is greedy only (the most likely token at each "
+                "step, lm-evaluation-harness's default); remove the sampling settings"
+            )
+        return super().from_params(params_, *args, **kwargs)
 
     def det_hash_object(self) -> Any:
         fewshot = fewshot_key(self) if self.num_shots else None

@@ -116,26 +116,50 @@ class DataError(ValueError):
     """A data row that cannot become an instance. The message names the source, row and field."""
 
 
+class Source(str):
+    """Where rows come from, as messages name it (a file's path, a hub dataset), with the file
+    line of each row where known: blank lines are skipped and a CSV field may hold line breaks,
+    so a row's number is not its line."""
+
+    lines: Optional[Sequence[int]] = None
+
+    def __new__(cls, name: str, lines: Optional[Sequence[int]] = None) -> "Source":
+        source = super().__new__(cls, name)
+        source.lines = lines
+        return source
+
+
+def position(source: str, number: int) -> str:
+    """Row ``number`` (1-based) of ``source`` as a message names it: its file line if known."""
+    lines = getattr(source, "lines", None)
+    return f"line {lines[number - 1]}" if lines else f"row {number}"
+
+
 class Row:
-    """One data row, whose fields come out checked: an error names the source, row and field."""
+    """One data row, whose fields come out checked: an error names the source, line (or row) and field."""
 
     def __init__(self, data: Mapping[str, Any], source: str, number: int) -> None:
         self.data, self.source, self.number = data, source, number
 
     def error(self, name: str, problem: str) -> DataError:
-        return DataError(f"{self.source}: row {self.number}: field '{name}' {problem}")
+        return DataError(f"{self.source}: {position(self.source, self.number)}: field '{name}' {problem}")
 
     def get(self, name: str, kind: type = str) -> Any:
+        """Field ``name``, required, non-empty and of type ``kind``."""
         value = self.data.get(name)
-        if value is None or value == "" or not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self.error(name, f"is missing or not a {kind.__name__} (got {value!r})")
+        if value is None:
+            raise self.error(name, f"is missing: every row needs a {kind.__name__} here")
+        if value == "":
+            raise self.error(name, "is empty: give it a text")
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self.error(name, f"must be a {kind.__name__} (got {value!r})")
         return value
 
     def text(self, name: str) -> str:
         """An optional text field: empty when absent."""
         value = self.data.get(name)
         if value is not None and not isinstance(value, str):
-            raise self.error(name, f"is not a str (got {value!r})")
+            raise self.error(name, f"must be a str (got {value!r})")
         return value or ""
 
     def index_of(self, name: str, options: Sequence[Any]) -> int:

@@ -43,6 +43,11 @@ class TemplateTask(MultipleChoiceTask):
             raise ConfigurationError("A template task needs data_files")
         if (choice_fields is None) == (choices_field is None):
             raise ConfigurationError("A template task needs exactly one of choice_fields and choices_field")
+        if choice_fields is not None and len(choice_fields) < 2:
+            raise ConfigurationError(f"choice_fields must name at least 2 fields (the choices), got {choice_fields}")
+        if label_values is not None and not label_values:
+            raise ConfigurationError("label_values is empty: list the label of each choice, or leave it out for "
+                                     "an integer label")
         try:
             self.context_fields = [name for _, name, _, _ in string.Formatter().parse(context) if name]
         except ValueError as e:

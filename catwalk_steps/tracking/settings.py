@@ -13,6 +13,8 @@ from tango import Step
 from tango.common.exceptions import ConfigurationError
 from tango.common.lazy import Lazy
 
+from ..tango_fixes.setting_types import list_expected
+
 EXTRA = 'pip install "catwalk-steps[wandb]" (in a clone: pip install -e ".[wandb]")'
 #: The W&B settings of a step, by the name of its argument.
 WANDB_ARGUMENTS = ("wandb_project", "wandb_entity", "wandb_group", "wandb_tags", "wandb_name")
@@ -61,6 +63,8 @@ def _check_installed(module: str, setting: str) -> None:
 def check_tracking(kwargs: Dict[str, Any]) -> None:
     """Fails when the step graph is built for W&B settings without a project, or for a tracker
     whose package is not installed."""
+    if isinstance(kwargs.get("wandb_tags"), str):  # a step built in Python (a config's is refused by Tango)
+        raise list_expected("wandb_tags", kwargs["wandb_tags"])
     if kwargs.get("wandb_project") is None:
         stray = [name for name in WANDB_ARGUMENTS[1:] if kwargs.get(name)]
         if stray:

@@ -137,13 +137,12 @@ def exact_matches(
 ) -> float:
     """The summed exact match of greedy generations for ``examples`` (those of an instance's last
     answer: see :func:`answer_examples`), each scored by its task."""
-    from ..models.generation import GenerationRequest, generate_greedy
+    from ..models.generation import generate_greedy
+    from ..models.prompt_room import generation_requests
 
     examples = [example for example in examples if example["instance"] is not None]
     instances = [example["instance"] for example in examples]
-    requests = [
-        GenerationRequest(conventions.prompt(i.prompt), tuple(i.until), i.max_new_tokens) for i in instances
-    ]
+    requests = generation_requests(conventions, instances, max_length)
     generations = generate_greedy(
         lm, conventions, requests, pad_token_id=conventions.pad_token_id, max_length=max_length,
         max_batch_size=batch_size,

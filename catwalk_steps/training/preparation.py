@@ -13,6 +13,7 @@ from tango.workspace import Workspace
 
 from ..models.chat_templates import template_renderer
 from ..models.loading import context_window
+from ..models.prompt_room import generation_requests
 from ..tasks import MCInstance
 from ..tasks.chat import ChatFormat
 from ..tracking.settings import Tracking
@@ -79,6 +80,8 @@ def training_job(
             return answer_examples(conventions, per_task, max_length, desc=desc)
         return tokenized_examples(conventions, [i for part in per_task for i in part], desc=desc)
 
+    if generative and s.val_metric == "exact_match" and validation_instances:  # its budget, checked before training
+        generation_requests(conventions, [i for part in validation_instances for i in part], max_length)
     train = examples(s.train_split, train_instances)
     plan = BatchPlan(len(train), s.batch_size, micro_batch_size, s.seed)
     if plan.steps_per_epoch == 0:

@@ -16,6 +16,7 @@ from ..models.chat_templates import check_model_template
 from ..models.loading import ModelSpec
 from ..tasks import Task
 from ..tasks.chat import check_chat_settings
+from ..tasks.base import check_limit, check_split
 from ..tracking.settings import check_tracking
 from .batches import micro_batch_size_for
 from .callbacks import check_callbacks
@@ -203,6 +204,16 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
             raise ConfigurationError(f"{name} must be at least 1, got {kwargs[name]}")
     if kwargs.get("validate_every") is not None and kwargs["validate_every"] < 1:
         raise ConfigurationError(f"validate_every must be at least 1, got {kwargs['validate_every']}")
+    for name in ("train_limit", "validation_limit"):
+        check_limit(name, kwargs.get(name))
+    if not 0 <= kwargs.get("warmup_fraction", 0) <= 1:
+        raise ConfigurationError(f"warmup_fraction must be between 0 and 1, got {kwargs['warmup_fraction']}")
+    if kwargs.get("weight_decay", 0) < 0:
+        raise ConfigurationError(f"weight_decay must be at least 0, got {kwargs['weight_decay']}")
+    if kwargs.get("max_grad_norm") is not None and kwargs["max_grad_norm"] <= 0:
+        raise ConfigurationError(
+            f"max_grad_norm must be positive (or null: no clipping), got {kwargs['max_grad_norm']}"
+        )
     if kwargs.get("learning_rate", 1.0) <= 0:
         raise ConfigurationError(f"learning_rate must be positive, got {kwargs['learning_rate']}")
     kwargs["optimizer"] = named_lazy(kwargs.get("optimizer"), Optimizer)
@@ -225,6 +236,9 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
     check_callbacks(kwargs.get("callbacks"))
     check_tracking(kwargs)
     check_val_metric(kwargs)  # and that the tasks are all of one kind
+    for task in kwargs.get("tasks") or []:
+        for name in ("train_split", "validation_split"):
+            check_split(name, task, kwargs.get(name, defaults.get(name)))
     device_count = kwargs.get("device_count", 1)
     check_device_setting(kwargs.get("device", "auto"), device_count)
     if kwargs.get("max_restarts", 0) < 0:

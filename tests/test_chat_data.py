@@ -72,7 +72,7 @@ def test_bad_conversations_are_refused_before_any_model_loads(tmp_path, monkeypa
     good = {"messages": TWO_TURNS}
     path = write_jsonl(tmp_path / "bad.jsonl", [good, {"messages": turns}])
     task = GenerationTask(data_files={"validation": str(path)})
-    with pytest.raises(DataError, match=f"bad.jsonl: row 2: field 'messages' {problem}"):
+    with pytest.raises(DataError, match=f"bad.jsonl: line 2: field 'messages' {problem}"):
         PredictStep(model=CHAT_MODEL, task=task, apply_chat_template=True).run(
             model=CHAT_MODEL, task=task, apply_chat_template=True)
 

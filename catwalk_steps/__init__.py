@@ -5,14 +5,14 @@ The layers, from the top. Each imports only from the layers below it, and the fo
 layer import nothing of each other (``tests/test_layers.py`` checks both, and that no modules
 import each other in a circle; see docs/architecture.md)::
 
-    train, evaluate, join, list_steps     the commands
-    command_line                          the commands' flags, tasks and step graphs
-    steps                                 the registered Tango steps (thin)
-    training, prediction                  what the workers run
-    distributed, tracking                 starting the workers; W&B and TensorBoard
-    models, tasks, reports                weights and scores; tasks and prompts; statistics
-    storage                               the disk
-    tango_fixes                           Tango 1.3.2's fixes (imports only Tango)
+    train, evaluate, run, join, list_steps  the commands
+    command_line                            the commands' flags, tasks and step graphs
+    steps                                   the registered Tango steps (thin)
+    training, prediction                    what the workers run
+    distributed, tracking                   starting the workers; W&B and TensorBoard
+    models, tasks, reports                  weights and scores; tasks and prompts; statistics
+    storage                                 the disk
+    tango_fixes                             Tango 1.3.2's fixes (imports only Tango)
 
 This module, the package's face, imports whatever it exports, and ``tango_fixes`` first.
 """

@@ -96,3 +96,20 @@ def test_the_run_command_says_what_it_is():
     done = subprocess.run([sys.executable, "-m", "catwalk_steps.run", "--help"], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert done.returncode == 0 and "python -m catwalk_steps.run my_config.jsonnet" in done.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.full
+def test_evaluate_runs_a_perplexity_task_against_a_baseline(tmp_path):
+    """A task the command line refused before (wikitext), scored and compared end to end: the
+    table pairs the models; no diff is written, as its help says."""
+    models = ["--model", f"rc::{TINY}/model", "--model", f"rc::{TINY}/model-small", "--baseline", f"rc::{TINY}/model"]
+    done = subprocess.run(
+        [sys.executable, "-m", "catwalk_steps.evaluate", *models, "--task", "wikitext", "--data_files", *LOCAL["wikitext"],
+         "--split", "test", "--output_dir", str(tmp_path / "out"), "-w", str(tmp_path / "ws")],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", "HF_HUB_OFFLINE": "1"},
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "word_perplexity" in done.stdout and "Δ loglik" in done.stdout
+    assert (tmp_path / "out" / "metrics.md").is_file() and not (tmp_path / "out" / "diffs").exists()

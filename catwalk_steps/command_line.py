@@ -9,6 +9,7 @@ The commands offer the tasks their flags can set up (a registered name, and loca
 (``template``'s prompt, ``lm_eval``'s task name) are refused with where to write them: a config."""
 
 import argparse
+import copy
 import inspect
 import json
 import re
@@ -127,7 +128,7 @@ def built_tasks(tasks: Dict[str, Any]) -> Dict[str, Any]:
     setting or a missing file is refused before anything runs (no data is read)."""
     from .tasks import Task
 
-    return {name: Task.from_params(Params(dict(config))) for name, config in tasks.items()}
+    return {name: Task.from_params(Params(copy.deepcopy(config))) for name, config in tasks.items()}
 
 
 def multiple_choice(tasks: Dict[str, Any]) -> List[str]:

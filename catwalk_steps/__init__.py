@@ -1,8 +1,20 @@
-"""Tango steps that fine-tune and evaluate language models as rank-classification models.
+"""Tango steps that fine-tune language models and evaluate them on multiple-choice, generative
+and perplexity tasks, as cached workflow steps.
 
-The layers, from the top (each imports only from the ones below it; see docs/architecture.md):
-``steps`` (the registered Tango steps) -> ``training``, ``prediction`` -> ``distributed`` ->
-``models``, ``tasks``, ``reports`` -> ``storage``. ``tango_fixes`` patches Tango 1.3.2.
+The layers, from the top. Each imports only from the layers below it, and the folders of one
+layer import nothing of each other (``tests/test_layers.py`` checks both, and that no modules
+import each other in a circle; see docs/architecture.md)::
+
+    train, evaluate, run, join, list_steps  the commands
+    command_line                            the commands' flags, tasks and step graphs
+    steps                                   the registered Tango steps (thin)
+    training, prediction                    what the workers run
+    distributed, tracking                   starting the workers; W&B and TensorBoard
+    models, tasks, reports                  weights and scores; tasks and prompts; statistics
+    storage                                 the disk
+    tango_fixes                             Tango 1.3.2's fixes (imports only Tango)
+
+This module, the package's face, imports whatever it exports, and ``tango_fixes`` first.
 """
 
 from . import tango_fixes  # noqa: F401  (patches Tango; must come first)

@@ -1,9 +1,15 @@
 """What ``python -m catwalk_steps.train`` and ``python -m catwalk_steps.evaluate`` share: the
 flags, the tasks and suites they name, and the step graph, built by the same Jsonnet helpers
-(``configs/lib.libsonnet``) a config calls, so the steps, and their cache keys, are the config's:
-a config run after the command finds everything in the workspace."""
+(``catwalk_steps/configs/lib.libsonnet``, shipped in the package) a config calls, so the steps,
+and their cache keys, are the config's: a config run after the command finds everything in the
+workspace.
+
+The commands offer the tasks their flags can set up (a registered name, and local files with
+``--data_files``) of every kind: multiple choice, generation, perplexity. Tasks that need more
+(``template``'s prompt, ``lm_eval``'s task name) are refused with where to write them: a config."""
 
 import argparse
+import copy
 import inspect
 import json
 import re
@@ -15,7 +21,8 @@ from tango.common import Params
 from tango.common.exceptions import ConfigurationError
 from tango.step_graph import StepGraph
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+#: The Jsonnet helpers (lib.libsonnet, suites.libsonnet): package data, so every install has them.
+CONFIGS = Path(__file__).resolve().parent / "configs"
 
 
 def step_defaults(run: Callable) -> Dict[str, Any]:
@@ -36,7 +43,8 @@ def add_step_flag(
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--task", action="append", required=True, metavar="NAME",
-        help="a registered task (piqa, arc_easy, mmlu, ...) or a suite (core); repeat for several",
+        help="a registered task (piqa, mmlu, gsm8k, squad, wikitext, lambada, generation, perplexity, ...) or a "
+        "suite (core); repeat for several",
     )
     parser.add_argument(
         "--data_files", nargs="+", metavar="SPLIT=PATH", default=[],
@@ -49,7 +57,11 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--unconditioned", action="store_true", help="also score each choice after the bare answer cue, for acc_uncond"
     )
-    parser.add_argument("--output_dir", default=None, help="also write predictions, table and diffs here (default: none)")
+    parser.add_argument(
+        "--output_dir", default=None,
+        help="also write predictions, the table and, for multiple-choice tasks, the instances that changed against "
+        "the baseline (diffs/) here (default: none)",
+    )
     parser.add_argument("-w", "--workspace", default="workspace", help="the Tango workspace (default: workspace)")
 
 
@@ -65,12 +77,27 @@ def parse_data_files(pairs: Sequence[str]) -> Dict[str, str]:
     return files
 
 
+def offered_tasks() -> Dict[str, str]:
+    """``{name: what it needs}`` of every registered task: ``""`` for those the flags set up (no
+    setting without a default but ``data_files``), else the settings only a config can give."""
+    from .tasks import Task
+
+    offered = {}
+    for name in Task.list_available():
+        task_class, constructor = Task.resolve_class_name(name)
+        init = getattr(task_class, constructor) if constructor else task_class.__init__
+        needs = [
+            p.name for p in list(inspect.signature(init).parameters.values())[1:]
+            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "data_files"
+        ]
+        offered[name] = ", ".join(needs)
+    return offered
+
+
 def resolve_tasks(names: Sequence[str], data_files: Dict[str, str]) -> Tuple[Dict[str, Any], Dict[str, str]]:
     """``({name: task config}, {name: split})`` for registered task names and suite names."""
-    from .tasks import MultipleChoiceTask
-
     suites = json.loads(evaluate_jsonnet('import "suites.libsonnet"'))
-    registered = list(MultipleChoiceTask.list_available())
+    offered = offered_tasks()
     tasks: Dict[str, Any] = {}
     splits: Dict[str, str] = {}
     for name in names:
@@ -78,18 +105,36 @@ def resolve_tasks(names: Sequence[str], data_files: Dict[str, str]) -> Tuple[Dic
             for task, entry in suites[name].items():
                 tasks[task] = entry["task"]
                 splits[task] = entry.get("split", "validation")
-        elif name in registered:
+        elif offered.get(name) == "":
             tasks[name] = {"type": name}
+        elif name in offered:
+            raise ConfigurationError(
+                f"Task {name!r} needs settings the flags do not give ({offered[name]}): write a config (README: Configs)"
+            )
         else:
             raise ConfigurationError(
-                f"Unknown task {name!r}: registered tasks are {', '.join(sorted(registered))}; suites are "
-                f"{', '.join(sorted(suites))}"
+                f"Unknown task {name!r}: the tasks are {', '.join(sorted(n for n in offered if not offered[n]))}; "
+                f"suites are {', '.join(sorted(suites))}"
             )
     if data_files:
         if len(tasks) != 1:
             raise ConfigurationError(f"--data_files applies to a single task, but {len(tasks)} are named: {', '.join(tasks)}")
         tasks[next(iter(tasks))]["data_files"] = data_files
     return tasks, splits
+
+
+def built_tasks(tasks: Dict[str, Any]) -> Dict[str, Any]:
+    """The task objects of ``{name: task config}``, built as the steps will build them: a bad
+    setting or a missing file is refused before anything runs (no data is read)."""
+    from .tasks import Task
+
+    return {name: Task.from_params(Params(copy.deepcopy(config))) for name, config in tasks.items()}
+
+
+def multiple_choice(tasks: Dict[str, Any]) -> List[str]:
+    """The names of the multiple-choice tasks among ``{name: task}``: those that have instances
+    to diff (``catwalk::export_diff``)."""
+    return [name for name, task in tasks.items() if task.REQUEST_TYPE == "multiple_choice"]
 
 
 def predict_settings(args: argparse.Namespace) -> Dict[str, Any]:
@@ -104,11 +149,9 @@ def predict_settings(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def evaluate_jsonnet(snippet: str) -> str:
-    """Evaluates Jsonnet with ``configs/`` on the import path."""
+    """Evaluates Jsonnet with the package's helpers (:data:`CONFIGS`) on the import path."""
     import rjsonnet
 
-    if not (CONFIGS / "lib.libsonnet").is_file():
-        raise ConfigurationError(f"The command line builds its steps with {CONFIGS / 'lib.libsonnet'}, which is missing")
     return rjsonnet.evaluate_snippet("<command line>", snippet, jpathdir=[str(CONFIGS)])
 
 

@@ -2,9 +2,10 @@
 
     python -m catwalk_steps.evaluate --model rc::gpt2 --model rc::gpt2-medium --task piqa -w workspace
 
-It builds the steps of ``lib.evaluate_tasks`` (configs/lib.libsonnet) and runs them in the Tango
+It builds the steps of ``lib.evaluate_tasks`` (catwalk_steps/configs/lib.libsonnet) and runs them in the Tango
 workspace, with the cache keys of a config calling that helper with the same settings. With
-``--baseline MODEL`` every other model is compared with it, paired on the same instances.
+``--baseline MODEL`` every other model is compared with it, paired on the same instances, and
+with ``--output_dir`` too, each multiple-choice task's changed instances land in its diffs/.
 """
 
 import argparse
@@ -14,8 +15,8 @@ from typing import List, Optional
 from tango.common.exceptions import ConfigurationError
 
 from .command_line import (
-    add_common_flags, add_step_flag, lib_call, main_with, model_name, parse_data_files, predict_settings,
-    resolve_tasks, step_defaults,
+    add_common_flags, add_step_flag, built_tasks, lib_call, main_with, model_name, multiple_choice, parse_data_files,
+    predict_settings, resolve_tasks, step_defaults,
 )
 
 
@@ -35,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
 
 def build(args: argparse.Namespace) -> str:
     tasks, splits = resolve_tasks(args.task, parse_data_files(args.data_files))
+    built = built_tasks(tasks)
     if args.split is not None:
         splits = {task: args.split for task in tasks}
     models = {model_name(spec): spec for spec in args.model}
@@ -45,7 +47,7 @@ def build(args: argparse.Namespace) -> str:
         predict["device_count"] = args.device_count
     return lib_call(
         "evaluate_tasks", models, tasks, predict=predict, splits=splits, output_dir=args.output_dir,
-        baseline=model_name(args.baseline) if args.baseline else None,
+        baseline=model_name(args.baseline) if args.baseline else None, diffs=multiple_choice(built),
     )
 
 

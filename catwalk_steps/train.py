@@ -2,20 +2,23 @@
 
     python -m catwalk_steps.train --model rc::gpt2 --task piqa --device_count 2 --batch_size 16 -w workspace
 
-It builds the steps of ``lib.finetune_and_evaluate_tasks`` (configs/lib.libsonnet) and runs them
+It builds the steps of ``lib.finetune_and_evaluate_tasks`` (catwalk_steps/configs/lib.libsonnet) and runs them
 in the Tango workspace: the same steps and cache keys as a config calling that helper with the
 same settings, so nothing the command computed is computed again by a config, or the other way
 round. It ends with the table: every task zero-shot and fine-tuned, with the fine-tuned model's
-paired difference to the stock one (``Δ acc [95% CI]``, ``p``).
+paired difference to the stock one (``Δ acc [95% CI]``, ``p``); with ``--output_dir``, the
+predictions, the table and each multiple-choice task's changed instances land there.
 """
 
 import argparse
 import sys
 from typing import List, Optional
 
+from tango.common.exceptions import ConfigurationError
+
 from .command_line import (
-    add_common_flags, add_step_flag, lib_call, main_with, parse_data_files, predict_settings, resolve_tasks,
-    step_defaults,
+    add_common_flags, add_step_flag, built_tasks, lib_call, main_with, multiple_choice, parse_data_files,
+    predict_settings, resolve_tasks, step_defaults,
 )
 
 FINETUNE_FLAGS = {
@@ -47,6 +50,13 @@ def parser() -> argparse.ArgumentParser:
 
 def build(args: argparse.Namespace) -> str:
     tasks, splits = resolve_tasks(args.task, parse_data_files(args.data_files))
+    built = built_tasks(tasks)
+    untrainable = [name for name, task in built.items() if "train" not in task.splits]
+    if untrainable:  # refused now, not after the zero-shot scoring ran
+        raise ConfigurationError(
+            f"Fine-tuning needs a train split, which {', '.join(untrainable)} has not"
+            + (" (give --data_files train=PATH)" if args.data_files else "")
+        )
     if args.split is not None:
         splits = {task: args.split for task in tasks}
     finetune = {flag: getattr(args, flag) for flag in FINETUNE_FLAGS if hasattr(args, flag)}
@@ -54,7 +64,7 @@ def build(args: argparse.Namespace) -> str:
         finetune["adapter"] = {"type": args.adapter}
     return lib_call(
         "finetune_and_evaluate_tasks", args.model, tasks, finetune,
-        predict=predict_settings(args), splits=splits, output_dir=args.output_dir,
+        predict=predict_settings(args), splits=splits, output_dir=args.output_dir, diffs=multiple_choice(built),
     )
 
 

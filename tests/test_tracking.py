@@ -197,7 +197,7 @@ def test_not_logged_in_costs_a_warning_and_the_run_goes_offline(tmp_path, monkey
 
 
 def test_an_unwritable_tensorboard_dir_costs_a_warning(tmp_path, caplog):
-    from catwalk_steps.training.tracking import TrainingTracker
+    from catwalk_steps.tracking.training import TrainingTracker
 
     (tmp_path / "file").write_text("")
     tracking = Tracking(RunIdentity("x", "x", tmp_path), tensorboard_dir=tmp_path / "file" / "runs")

@@ -12,7 +12,7 @@ What makes its result independent of how it was computed:
   on any number of devices, under either strategy;
 - the result is the best validation's weights, written without gathering them (:mod:`.result`);
 - the optimizer and schedule are built per worker (:mod:`.optimizers`); callbacks observe only
-  (:mod:`.callbacks`), and so do the trackers (W&B, TensorBoard: :mod:`.tracking`); early
+  (:mod:`.callbacks`), and so do the trackers (W&B, TensorBoard: :mod:`catwalk_steps.tracking.training`); early
   stopping (``patience``) is recorded in the checkpoint, so a stopped run resumes as stopped.
 """
 
@@ -35,15 +35,16 @@ from ..models.answer_loss import AnswerCollator, AnswerLossModel
 from ..models.loading import ModelSpec
 from ..models.rank_classification import RankClassificationCollator, RankClassificationModel
 from ..tracking.settings import Tracking
+from ..tracking.training import TrainingTracker
 from .batches import BatchPlan
 from .callbacks import Callbacks, EngineView, build_callbacks, should_stop
 from .checkpoints import CHECKPOINTS, CheckpointStore, Progress
 from .generative import answer_validation_sums, exact_matches, loss_divisor
+from .gradients import clip_gradients
 from .optimizers import build_optimizer, build_schedule
 from .result import write_result
 from .seeds import derive_seed
 from .strategies import gradient_sync, placed_model
-from .tracking import TrainingTracker, clip_gradients
 
 Example = Dict[str, Any]
 logger = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class TrainingJob:
     lr_scheduler: Optional[Lazy] = None
     decay_biases_and_norms: bool = False
     patience: Optional[int] = None
-    tracking: Optional[Tracking] = None  # W&B / TensorBoard, reported by rank 0 (see .tracking)
+    tracking: Optional[Tracking] = None  # W&B / TensorBoard, reported by rank 0 (see catwalk_steps.tracking.training)
     #: Trains answers of generative tasks (:mod:`.generative`) instead of ranking choices.
     generative: bool = False
     #: The validation number that chooses the best weights (``val_acc``, ``val_loss``, ``val_exact_match``).

@@ -159,7 +159,7 @@ class FinetuneSettings:
     """Log the run to this W&B project (needs the ``wandb`` extra): the config, the training loss,
     learning rate, gradient norm, throughput and peak memory every ``log_every`` steps, every validation,
     the best one in the summary. One W&B run per step (global rank 0 logs), continued when the step
-    resumes; offline when the server cannot be had (see :mod:`catwalk_steps.training.tracking`). Not in
+    resumes; offline when the server cannot be had (see :mod:`catwalk_steps.tracking.training`). Not in
     the cache key."""
     wandb_entity: Optional[str]
     """The W&B team or user (default: yours)."""

@@ -2,7 +2,7 @@
 ``tensorboard_dir`` on ``catwalk::finetune``), driven by the loop:
 
 - ``start(step)`` once the checkpoint (if any) is loaded: the run opens (a resumed run
-  continues its W&B run; see :mod:`catwalk_steps.tracking.settings`), its config holds every
+  continues its W&B run; see :mod:`.settings`), its config holds every
   setting in the step's key, the step's id and the world size;
 - ``log_training(step, loss, lr, grad_norm)`` at every entry of ``history["loss"]``, with the
   same numbers: ``train/loss`` (over the whole global batch), ``train/lr`` (this step's),
@@ -17,45 +17,31 @@
 The step axis is the count of optimizer steps done, as in ``history``. Other ranks, and runs
 without trackers, report nothing. A tracker's failure never fails training
 (:mod:`catwalk_steps.tracking.wandb_run`).
+
+The loop hands over its job (``training.loop.TrainingJob``: its ``plan``, ``train`` examples
+and ``tracking``) and its checkpoints' ``Progress`` as they are; they are not imported here, so
+tracking stays below training (see ``catwalk_steps/__init__.py``).
 """
 
 import logging
 import math
 import resource
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 
-from ..tracking.settings import Tracking
-from .checkpoints import Progress
-
-if TYPE_CHECKING:
-    from .loop import TrainingJob
+from .settings import Tracking
 
 GIB = 2 ** 30
 logger = logging.getLogger(__name__)
-
-
-def clip_gradients(parameters: List[torch.Tensor], max_norm: Optional[float], measure: bool) -> Optional[torch.Tensor]:
-    """Clips the gradients to ``max_norm`` (if set) and returns their total norm before clipping
-    (if clipped or ``measure``), as a tensor: nothing waits for it. Every worker calls it (under
-    FSDP the norm is a collective)."""
-    if max_norm is None and not measure:
-        return None
-    if max_norm is None:
-        norm = torch.nn.utils.get_total_norm([p.grad for p in parameters if p.grad is not None])
-    else:
-        norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
-    full_tensor = getattr(norm, "full_tensor", None)  # a DTensor under FSDP
-    return full_tensor() if full_tensor is not None and measure else norm
 
 
 class TrainingTracker:
     """Rank 0's trackers of one training job (none on other ranks); a context manager that
     finishes them, marking the run failed when training raised."""
 
-    def __init__(self, tracking: Optional[Tracking], rank: int, job: "TrainingJob", world_size: int, device: torch.device) -> None:
+    def __init__(self, tracking: Optional[Tracking], rank: int, job: Any, world_size: int, device: torch.device) -> None:
         self.tracking = tracking if rank == 0 else None
         self.job = job
         self.world_size = world_size
@@ -80,7 +66,7 @@ class TrainingTracker:
         if self.tracking is None:
             return
         if self.tracking.wandb is not None:
-            from ..tracking.wandb_run import WandbRun
+            from .wandb_run import WandbRun
 
             identity = self.tracking.identity
             identity.config = {**identity.config, "world_size": self.world_size, "device": self.device.type}
@@ -88,7 +74,7 @@ class TrainingTracker:
             run.open()
             self.trackers.append(run)
         if self.tracking.tensorboard_dir is not None:
-            from ..tracking.tensorboard import TensorBoardRun
+            from .tensorboard import TensorBoardRun
 
             try:
                 self.trackers.append(TensorBoardRun(self.tracking.tensorboard_dir, resumed_at=step))
@@ -127,7 +113,7 @@ class TrainingTracker:
         self._log(values, step)
         self.last_step, self.since = step, time.perf_counter()
 
-    def log_checkpoint(self, progress: Progress) -> None:
+    def log_checkpoint(self, progress: Any) -> None:
         """After the checkpoint of ``progress.step``: its validation, if any, and the best so far.
         The time validating and checkpointing is left out of the next throughput."""
         if not self.trackers:

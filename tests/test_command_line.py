@@ -1,0 +1,115 @@
+"""The command line offers the tasks of every kind its flags can set up, refuses the others and a
+fine-tuning without a train split before anything runs, writes the diffs its ``--output_dir``
+promises, and a config anywhere finds the Jsonnet helpers that ship in the package. Step graphs
+are built, not run (the runs: tests/test_end_to_end.py, tests/test_install.py)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from tango.common import Params
+from tango.step_graph import StepGraph
+
+from catwalk_steps import evaluate, train
+from catwalk_steps.command_line import CONFIGS, evaluate_jsonnet
+
+from .conftest import REPO
+
+TINY = REPO / "data" / "tiny"
+LOCAL = {
+    "piqa": [f"train={TINY}/train.jsonl", f"validation={TINY}/validation.jsonl"],
+    "generation": [f"train={TINY}/generation/train.jsonl", f"validation={TINY}/generation/validation.jsonl"],
+    "perplexity": [f"validation={TINY}/perplexity/documents.jsonl"],
+    "wikitext": [f"test={TINY}/perplexity/wikitext_test.jsonl"],
+    "lambada": [f"test={TINY}/perplexity/lambada_test.jsonl"],
+}
+
+
+def graph_of(command, argv):
+    return StepGraph.from_params(json.loads(evaluate_jsonnet(command.build(command.parser().parse_args(argv))))["steps"])
+
+
+@pytest.mark.parametrize("task", ["gsm8k", "squad", "wikitext", "lambada", "generation", "perplexity", "piqa"])
+def test_evaluate_takes_tasks_of_every_kind(task):
+    files = ["--data_files", *LOCAL[task]] if task in LOCAL else []
+    graph = graph_of(evaluate, ["--model", f"rc::{TINY}/model", "--task", task, *files])
+    assert graph[f"predict_rc::{str(TINY / 'model').replace('/', '_')}_{task}"].kwargs["task"].REQUEST_TYPE
+
+
+@pytest.mark.parametrize("task, needs", [("template", "context"), ("lm_eval", "task")])
+def test_tasks_the_flags_cannot_set_up_are_refused_with_what_they_need(task, needs, capsys):
+    with pytest.raises(SystemExit):
+        train.main(["--model", "rc::x", "--task", task])
+    assert f"Task {task!r} needs settings the flags do not give ({needs}): write a config" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train.main(["--model", "rc::x", "--task", "nope"])
+    assert "template" not in capsys.readouterr().err.split("suites are")[0]
+
+
+def test_fine_tuning_without_a_train_split_is_refused_before_anything_runs(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit:
+        train.main(["--model", f"rc::{TINY}/model", "--task", "piqa", "--data_files", f"validation={TINY}/validation.jsonl",
+                    "-w", str(tmp_path / "ws")])
+    assert exit.value.code == 2 and not (tmp_path / "ws").exists()
+    assert "Fine-tuning needs a train split, which piqa has not (give --data_files train=PATH)" in capsys.readouterr().err
+
+
+def test_output_dir_gets_the_diffs_the_help_promises(tmp_path):
+    out = str(tmp_path / "out")
+    trained = graph_of(train, ["--model", f"rc::{TINY}/model", "--task", "piqa", "--data_files", *LOCAL["piqa"],
+                               "--output_dir", out])
+    diff = trained["diff_piqa_fine-tuned_vs_zero-shot"]
+    assert diff.kwargs["output_dir"] == f"{out}/diffs/piqa_fine-tuned_vs_zero-shot"
+    models = ["--model", f"rc::{TINY}/model", "--model", f"rc::{TINY}/model-small", "--baseline", f"rc::{TINY}/model"]
+    compared = graph_of(evaluate, [*models, "--task", "piqa", "--data_files", *LOCAL["piqa"], "--output_dir", out])
+    assert [name for name in compared if name.startswith("diff_")] == [
+        f"diff_piqa_rc::{str(TINY).replace('/', '_')}_model-small_vs_rc::{str(TINY).replace('/', '_')}_model"]
+    # Perplexity has no instances that change answer: the table compares, no diff is promised.
+    documents = graph_of(evaluate, [*models, "--task", "wikitext", "--data_files", *LOCAL["wikitext"], "--output_dir", out])
+    assert "export" in documents and not [name for name in documents if name.startswith("diff_")]
+
+
+def test_the_helpers_ship_in_the_package_and_the_repositorys_configs_import_them():
+    assert (CONFIGS / "lib.libsonnet").is_file() and (CONFIGS / "suites.libsonnet").is_file()
+    assert CONFIGS.parent.name == "catwalk_steps"
+    assert "../catwalk_steps/configs/lib.libsonnet" in (REPO / "configs" / "lib.libsonnet").read_text()
+
+
+def test_a_config_anywhere_finds_the_helpers_through_the_run_command(tmp_path, monkeypatch):
+    from catwalk_steps.run import helpers_on_jsonnet_path
+
+    config = tmp_path / "mine.jsonnet"
+    config.write_text('local lib = import "lib.libsonnet";\n{ steps: lib.suite("core", { m: "rc::m" }) }\n')
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RuntimeError, match="can't resolve lib.libsonnet"):
+        Params.from_file(config)  # what plain `tango run` does
+    from tango.common import params
+
+    monkeypatch.setattr(params, "evaluate_file", params.evaluate_file)  # put back after the test
+    helpers_on_jsonnet_path()
+    assert "metrics_m_mmlu_0shot" in Params.from_file(config)["steps"]
+
+
+def test_the_run_command_says_what_it_is():
+    done = subprocess.run([sys.executable, "-m", "catwalk_steps.run", "--help"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert done.returncode == 0 and "python -m catwalk_steps.run my_config.jsonnet" in done.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.full
+def test_evaluate_runs_a_perplexity_task_against_a_baseline(tmp_path):
+    """A task the command line refused before (wikitext), scored and compared end to end: the
+    table pairs the models; no diff is written, as its help says."""
+    models = ["--model", f"rc::{TINY}/model", "--model", f"rc::{TINY}/model-small", "--baseline", f"rc::{TINY}/model"]
+    done = subprocess.run(
+        [sys.executable, "-m", "catwalk_steps.evaluate", *models, "--task", "wikitext", "--data_files", *LOCAL["wikitext"],
+         "--split", "test", "--output_dir", str(tmp_path / "out"), "-w", str(tmp_path / "ws")],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", "HF_HUB_OFFLINE": "1"},
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "word_perplexity" in done.stdout and "Δ loglik" in done.stdout
+    assert (tmp_path / "out" / "metrics.md").is_file() and not (tmp_path / "out" / "diffs").exists()

@@ -51,7 +51,8 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
         help="local data files of the task (one task only), e.g. train=train.jsonl validation=dev.jsonl",
     )
     parser.add_argument(
-        "--split", default=None, help="the split to score (default: validation, or the suite's split for each task)"
+        "--split", default=None,
+        help="the split to score (default: validation, else test; a suite's own split for each of its tasks)"
     )
     parser.add_argument("--limit", type=int, default=None, help="score only the first N instances (default: all)")
     parser.add_argument(
@@ -61,6 +62,20 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
         "--output_dir", default=None,
         help="also write predictions, the table and, for multiple-choice tasks, the instances that changed against "
         "the baseline (diffs/) here (default: none)",
+    )
+    parser.add_argument(
+        "--add_bos_token", choices=["true", "false"], default=None,
+        help="force the tokenizer's special tokens on or off (default: the tokenizer's own, as lm-eval 0.4.13)",
+    )
+    parser.add_argument(
+        "--apply_chat_template", nargs="?", const=True, default=None, metavar="NAME",
+        help="prompts as conversations in the tokenizer's chat template (or the one of its templates so named), "
+        "as lm-eval's --apply_chat_template",
+    )
+    parser.add_argument("--system_instruction", default=None, help="with a chat template, the system turn")
+    parser.add_argument(
+        "--fewshot_as_multiturn", choices=["true", "false"], default=None,
+        help="with a chat template, demonstrations as turns of their own (default: true)",
     )
     parser.add_argument("-w", "--workspace", default="workspace", help="the Tango workspace (default: workspace)")
 
@@ -120,7 +135,15 @@ def resolve_tasks(names: Sequence[str], data_files: Dict[str, str]) -> Tuple[Dic
         if len(tasks) != 1:
             raise ConfigurationError(f"--data_files applies to a single task, but {len(tasks)} are named: {', '.join(tasks)}")
         tasks[next(iter(tasks))]["data_files"] = data_files
+    for name, task in built_tasks({n: c for n, c in tasks.items() if n not in splits}).items():
+        splits[name] = evaluation_split(task.splits)
     return tasks, splits
+
+
+def evaluation_split(splits: Sequence[str]) -> str:
+    """The split a task is scored on unless ``--split`` says: validation, else test (WikiText,
+    LAMBADA, GSM8K have no validation split), else its last."""
+    return next((split for split in ("validation", "test") if split in splits), splits[-1])
 
 
 def built_tasks(tasks: Dict[str, Any]) -> Dict[str, Any]:
@@ -140,11 +163,25 @@ def multiple_choice(tasks: Dict[str, Any]) -> List[str]:
 def predict_settings(args: argparse.Namespace) -> Dict[str, Any]:
     """``catwalk::predict``'s settings the flags set (only those given: the rest keep the step's
     defaults, and the cache key the config's)."""
-    settings: Dict[str, Any] = {}
+    settings: Dict[str, Any] = model_settings(args)
     if args.limit is not None:
         settings["limit"] = args.limit
     if args.unconditioned:
         settings["unconditioned"] = True
+    for flag in ("system_instruction", "fewshot_as_multiturn"):
+        if getattr(args, flag) is not None:
+            settings[flag] = {"true": True, "false": False}.get(getattr(args, flag), getattr(args, flag))
+    return settings
+
+
+def model_settings(args: argparse.Namespace) -> Dict[str, Any]:
+    """The flags that say how a model encodes its text, which fine-tuning and prediction share
+    (only those given)."""
+    settings: Dict[str, Any] = {}
+    if args.add_bos_token is not None:
+        settings["add_bos_token"] = args.add_bos_token == "true"
+    if args.apply_chat_template is not None:
+        settings["apply_chat_template"] = args.apply_chat_template
     return settings
 
 

@@ -17,8 +17,8 @@ from typing import List, Optional
 from tango.common.exceptions import ConfigurationError
 
 from .command_line import (
-    add_common_flags, add_step_flag, built_tasks, lib_call, main_with, multiple_choice, parse_data_files,
-    predict_settings, resolve_tasks, step_defaults,
+    add_common_flags, add_step_flag, built_tasks, lib_call, main_with, model_settings, multiple_choice,
+    parse_data_files, predict_settings, resolve_tasks, step_defaults,
 )
 
 FINETUNE_FLAGS = {
@@ -62,6 +62,7 @@ def build(args: argparse.Namespace) -> str:
     finetune = {flag: getattr(args, flag) for flag in FINETUNE_FLAGS if hasattr(args, flag)}
     if args.adapter:
         finetune["adapter"] = {"type": args.adapter}
+    finetune.update(model_settings(args))  # trained as it is scored
     return lib_call(
         "finetune_and_evaluate_tasks", args.model, tasks, finetune,
         predict=predict_settings(args), splits=splits, output_dir=args.output_dir, diffs=multiple_choice(built),

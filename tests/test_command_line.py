@@ -45,7 +45,7 @@ def test_tasks_the_flags_cannot_set_up_are_refused_with_what_they_need(task, nee
     assert f"Task {task!r} needs settings the flags do not give ({needs}): write a config" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         train.main(["--model", "rc::x", "--task", "nope"])
-    assert "template" not in capsys.readouterr().err.split("suites are")[0]
+    assert "template" not in capsys.readouterr().err.split("the tasks are")[1].split("suites are")[0]
 
 
 def test_fine_tuning_without_a_train_split_is_refused_before_anything_runs(capsys, tmp_path):
@@ -113,3 +113,22 @@ def test_evaluate_runs_a_perplexity_task_against_a_baseline(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "word_perplexity" in done.stdout and "Δ loglik" in done.stdout
     assert (tmp_path / "out" / "metrics.md").is_file() and not (tmp_path / "out" / "diffs").exists()
+
+
+def test_special_tokens_and_chat_flags_reach_the_steps(tmp_path):
+    """--add_bos_token and --apply_chat_template reach fine-tuning and prediction alike (trained as
+    scored); the chat settings reach prediction; left out, the steps keep their defaults."""
+    chat = [f"train={TINY}/chat/train.jsonl", f"validation={TINY}/chat/validation.jsonl"]
+    argv = ["--model", f"rc::{TINY}/chat-model", "--task", "generation", "--data_files", *chat,
+            "--add_bos_token", "false", "--apply_chat_template", "--system_instruction", "Be brief.",
+            "--fewshot_as_multiturn", "false"]
+    graph = graph_of(train, argv)
+    finetune = next(step for step in graph.values() if type(step).__name__ == "FinetuneStep")
+    assert finetune.kwargs["add_bos_token"] is False and finetune.kwargs["apply_chat_template"] is True
+    predict = [step for step in graph.values() if type(step).__name__ == "PredictStep"]
+    assert predict and all(step.kwargs["apply_chat_template"] is True and step.kwargs["add_bos_token"] is False
+                           and step.kwargs["system_instruction"] == "Be brief."
+                           and step.kwargs["fewshot_as_multiturn"] is False for step in predict)
+    plain = graph_of(evaluate, ["--model", f"rc::{TINY}/model", "--task", "piqa", "--data_files", *LOCAL["piqa"]])
+    (step,) = [s for s in plain.values() if type(s).__name__ == "PredictStep"]
+    assert step.kwargs["apply_chat_template"] is False and step.kwargs["add_bos_token"] is None

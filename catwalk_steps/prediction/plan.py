@@ -75,15 +75,14 @@ def predictions(plan: PredictionPlan) -> Records:
 
 
 def _records(plan: PredictionPlan) -> Records:
-    if plan.chat is None:
-        instances = plan.task.instances(plan.split, plan.limit)  # a bad data file fails before anything is loaded
-        conventions = plan.spec.conventions()
-    else:  # the prompts need the tokenizer's template
-        conventions = plan.spec.conventions()
-        chat = plan.chat.format(template_renderer(conventions.tokenizer, plan.chat.template, plan.spec.pretrained))
-        instances = plan.task.instances(plan.split, plan.limit, chat=chat)
+    conventions = None if plan.chat is None else plan.spec.conventions()  # a template needs the tokenizer first
+    chat = None if plan.chat is None else plan.chat.format(
+        template_renderer(conventions.tokenizer, plan.chat.template, plan.spec.pretrained))
+    # A bad data file fails here, before anything (without a template, before the tokenizer) is loaded.
+    instances = plan.task.instances(plan.split, plan.limit, **({"chat": chat} if chat else {}))
     if not instances:  # (MMLU's subjects may select none): no records, and nothing to compute metrics on
         raise ConfigurationError(f"{type(plan.task).__name__}: split {plan.split!r} has no instances to predict")
+    conventions = conventions or plan.spec.conventions()
     with nullcontext(plan.journals) if plan.journals else TemporaryDirectory(prefix="catwalk-predict-") as journals:
         compute: Compute = partial(_computed, plan, Path(journals), conventions.pad_token_id, len(instances))
         if plan.task.REQUEST_TYPE == "generate_until":

@@ -125,3 +125,17 @@ def test_generation_per_decode_step(tiny_lm, tiny_t5, model):
     assert len({fit[2:] for fit in fits.values()}) == 1, fits
     assert len({fit for rows, fit in fits.items() if rows > 1}) == 1, fits
     assert fits[2][2] == 2, fits
+
+
+def test_the_profile_prints_each_batch_s_times_and_syncs(tiny_lm, tmp_path, capsys):
+    """``benchmarks/gpu.py --profile``'s per-batch rows, on CPU: 12 instances of 4 choices in
+    batches of 4 instances; device time 0 here; a trace written."""
+    from benchmarks.profiling import profile_ours
+
+    profile_ours(tiny_lm, choice_queries(12, 4), tmp_path, "tiny", pad_token_id=0, max_length=64,
+                 max_batch_size=16, max_batch_tokens=10**6)
+    rows = [line.split("|")[2:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny |")]
+    assert [[cell.strip() for cell in row[:2]] + [cell.strip() for cell in row[3:]] for row in rows] == [
+        [str(k), "16", "0.00", "19", "9"] for k in (1, 2, 3)]
+    assert all(float(row[2]) > 0 for row in rows)  # host ms
+    assert (tmp_path / "tiny.json").stat().st_size > 0

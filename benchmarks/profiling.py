@@ -27,10 +27,16 @@ def _activities() -> List[ProfilerActivity]:
     return [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
 
 
+def _host_events(events):
+    """The host's events (a kernel is also an event of its own on the device's timeline, and a
+    ``record_function`` range a device-side annotation too)."""
+    return [e for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+
+
 def _device_us(events, start: float, end: float) -> float:
-    """Kernel time of the ops that began between ``start`` and ``end`` (profiler microseconds),
-    each kernel counted once (its launching op's own share)."""
-    return sum(getattr(e, "self_device_time_total", 0) for e in events
+    """Kernel time of the host ops that began between ``start`` and ``end`` (profiler
+    microseconds), each kernel counted once (its launching op's own share)."""
+    return sum(e.self_device_time_total for e in _host_events(events)
                if start <= e.time_range.start < end and not e.name.startswith("batch "))
 
 
@@ -65,7 +71,7 @@ def profile_ours(lm, queries: Sequence, directory: Path, name: str, **options) -
             torch.cuda.synchronize()
     prof.export_chrome_trace(str(directory / f"{name}.json"))
     events = prof.events()
-    ranges = {e.name: e.time_range for e in events if e.name.startswith("batch ")}
+    ranges = {e.name: e.time_range for e in _host_events(events) if e.name.startswith("batch ")}
     per_batch, ours = syncs.per_mark(), syncs.per_mark("catwalk_steps/")
     for k, size in enumerate(batches.sizes, start=1):
         span = ranges[f"batch {k}"]
@@ -84,7 +90,7 @@ def profile_whole(scorer: Callable[[], object], directory: Path, name: str) -> N
             torch.cuda.synchronize()
     prof.export_chrome_trace(str(directory / f"{name}.json"))
     events = prof.events()
-    span = next(e.time_range for e in events if e.name == "batch all")
+    span = next(e.time_range for e in _host_events(events) if e.name == "batch all")
     print(f"| {name} | all | - | {span.elapsed_us() / 1e3:.2f} | {_device_us(events, span.start, span.end) / 1e3:.2f} "
           f"| {syncs.total} | - |")
     _summary(name, syncs, None)

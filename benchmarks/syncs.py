@@ -47,7 +47,9 @@ def _is_copy(tensor: torch.Tensor, args, kwargs) -> bool:
     device = kwargs.get("device", next((a for a in args if isinstance(a, (torch.device, str))), None))
     if device is None:
         return False
-    return tensor.device.type == "cpu" or tensor.device != torch.device(device)
+    target = torch.device(device)
+    elsewhere = target.type != tensor.device.type or target.index not in (None, tensor.device.index)
+    return tensor.device.type == "cpu" or elsewhere
 
 
 def _has_data_for_device(data=None, *args, **kwargs) -> bool:

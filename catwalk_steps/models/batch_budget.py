@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Union
 import torch
 from tango.common.exceptions import ConfigurationError
 
+from .output_layer import output_layer
+
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
@@ -84,8 +86,6 @@ def auto_batch_tokens(lm: "PreTrainedModel", device: torch.device, *, max_length
     of the free memory (split between ``workers_sharing`` workers) over :func:`bytes_per_token`,
     at least one full-length query and at most what ``max_batch_size`` queries can use
     (a shared-context batch of them costs at most twice their padded inputs)."""
-    from .output_layer import output_layer
-
     dtype = next(lm.parameters()).dtype
     chunked = output_layer(lm) is not None
     usable = free_memory(device) * (1 - MARGIN) / max(1, workers_sharing) - (_CHUNK_BYTES if chunked else 0)

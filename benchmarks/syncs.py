@@ -23,7 +23,7 @@ import contextlib
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Tuple
+from typing import Callable, Iterator, List, Tuple
 
 import torch
 
@@ -80,10 +80,6 @@ class SyncCounter:
         start with ``prefix`` (e.g. ``catwalk_steps/``: our own code's)."""
         return [sum(n for (_, site), n in (b - a).items() if site.startswith(prefix))
                 for a, b in zip(self.marks, self.marks[1:])]
-
-    def by_site(self, prefix: str = "") -> Dict[Tuple[str, str], int]:
-        """Counts whose call site starts with ``prefix``."""
-        return {key: n for key, n in self.counts.items() if key[1].startswith(prefix)}
 
     def _site(self) -> str:
         frame = sys._getframe(2)

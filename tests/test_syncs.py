@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from benchmarks.syncs import count_syncs
-from catwalk_steps.models.conventions import TokenConventions
 from catwalk_steps.models.generation import GenerationRequest, _causal_batch, _seq2seq_batch, _Sequences
 from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.models.rolling import rolling_windows
@@ -97,7 +96,7 @@ def test_encoder_decoder(tiny_t5):
 
 def generation_syncs(lm, rows: int, steps: int, seed: int = 0) -> Tuple[int, int]:
     """Syncs of one batch of ``rows`` prompts generating exactly ``steps`` tokens each: all, ours."""
-    tokenizer = TokenConventions(ModelSpec(str(TINY / "model")).load_tokenizer()).tokenizer
+    tokenizer = ModelSpec(str(TINY / "model")).load_tokenizer()  # the T5's too
     rng = random.Random(seed)
     prompts = [tuple(rng.randrange(1, 400) for _ in range(rng.randint(3, 12))) for _ in range(rows)]
     requests = [GenerationRequest(p, (), steps) for p in prompts]

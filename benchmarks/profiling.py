@@ -6,8 +6,9 @@ Host time is the wall time from one batch's end to the next (what the host spent
 launching and waiting); device time is the kernels' time launched by the ops run in that span
 (the profiler's ``self_device_time_total``; 0 on CPU). A batch whose host time exceeds its device
 time leaves the device idle; its sync count (``benchmarks/syncs.py``) says how often the host
-stopped to wait, and where. lm-evaluation-harness's scorer has no per-batch hook, so it is
-profiled whole.
+stopped to wait, and where (every call site is named under the table). lm-evaluation-harness's
+scorer has no per-batch hook, so it is profiled whole. The profiler and the counting patches add
+host time of their own: for rates, run ``benchmarks/gpu.py`` without ``--profile``.
 """
 
 from contextlib import ExitStack
@@ -98,7 +99,7 @@ def profile_whole(scorer: Callable[[], object], directory: Path, name: str) -> N
 
 def _summary(name: str, syncs: SyncCounter, batches) -> None:
     per = f", {syncs.total / batches:.1f} per batch" if batches else ""
-    sites = ", ".join(f"{kind} at {site} x{n}" for (kind, site), n in syncs.counts.most_common(6))
+    sites = ", ".join(f"{kind} at {site} x{n}" for (kind, site), n in syncs.counts.most_common())
     print(f"|  | {name}: {syncs.total} syncs{per}: {sites} |  |  |  |  |  |")
 
 

@@ -20,6 +20,7 @@ import torch
 from benchmarks.syncs import count_syncs
 from catwalk_steps.models.generation import GenerationRequest, _causal_batch, _seq2seq_batch, _Sequences
 from catwalk_steps.models.loading import ModelSpec
+from catwalk_steps.models.output_layer import output_layer
 from catwalk_steps.models.rolling import rolling_windows
 from catwalk_steps.models.scoring import Query, score_queries
 from catwalk_steps.models.weights import load_pretrained
@@ -34,7 +35,9 @@ OURS = "catwalk_steps/"
 
 @pytest.fixture(scope="module")
 def tiny_lm():
-    return load_pretrained(ModelSpec(str(TINY / "model"))).eval()
+    lm = load_pretrained(ModelSpec(str(TINY / "model"))).eval()
+    output_layer(lm)  # its one-time check (two forward passes) is no batch's
+    return lm
 
 
 def choice_queries(instances: int, choices: int, seed: int = 0) -> List[Query]:

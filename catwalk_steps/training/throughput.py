@@ -8,6 +8,11 @@ not), and rates are taken at logging steps, after the loss is read back: by then
 finished every step of the interval, so host time that ran ahead of the device is not counted
 as done. Tokens are those the model reads (padding excluded), counted on the host tensors the
 collator made, before they reach the device: no synchronisation is added.
+
+W&B and TensorBoard get ``train/examples_per_s`` and ``train/tokens_per_s`` from
+:mod:`.tracking`: every worker's share, validation time excluded the same way, and each
+(context, choice) pair's tokens as tokenized. This line counts this worker's, and the positions
+its model reads (a context shared by its choices once: the work MFU measures).
 """
 
 import time

@@ -94,14 +94,16 @@ def datasets(count: int):
     return {"2-choice (PIQA-like)": piqa, "2-choice (PIQA lengths)": shaped, "4-choice (HellaSwag-like)": hellaswag}
 
 
+#: How ``ours`` batches (as ``catwalk::predict`` does at its defaults, with a larger batch).
+OUR_BATCHING = dict(max_length=512, max_batch_size=64, max_batch_tokens=16384)
+
+
 def ours(lm, tokenizer, pairs):
     from catwalk_steps.models.conventions import TokenConventions
     from catwalk_steps.models.scoring import score_queries
 
     queries = [TokenConventions(tokenizer).pair(c, x) for c, x in pairs]
-    return score_queries(
-        lm, queries, pad_token_id=tokenizer.pad_token_id, max_length=512, max_batch_size=64, max_batch_tokens=16384
-    )
+    return score_queries(lm, queries, pad_token_id=tokenizer.pad_token_id, **OUR_BATCHING)
 
 
 @torch.inference_mode()

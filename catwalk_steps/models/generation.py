@@ -53,6 +53,16 @@ def cut_at_stop(text: str, until: Iterable[str]) -> Tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
+def _choices_and_gaps(logits: torch.Tensor) -> Tuple[List[int], List[float]]:
+    """Each row's argmax and the gap between its top two logits, read back in one copy (on a GPU
+    each read waits for the device). float64 holds token ids and float32 gaps exactly."""
+    if logits.shape[-1] < 2:
+        return [0] * logits.shape[0], [float("inf")] * logits.shape[0]
+    top = logits.topk(2, dim=-1).values
+    chosen, gaps = torch.stack([logits.argmax(-1).double(), (top[:, 0] - top[:, 1]).double()]).tolist()
+    return [int(token) for token in chosen], gaps
+
+
 class _Sequences:
     """The sequences of one batch as they grow: which are still running, their tokens, their
     margins and their final texts."""
@@ -74,10 +84,7 @@ class _Sequences:
     def advance(self, logits: torch.Tensor) -> List[int]:
         """Takes each running sequence's next token from its ``logits`` row; returns the
         positions (in the running list) of those that go on."""
-        logits = logits.float()
-        chosen = logits.argmax(-1).tolist()
-        top = logits.topk(2, dim=-1).values if logits.shape[-1] > 1 else None
-        gaps = (top[:, 0] - top[:, 1]).tolist() if top is not None else [float("inf")] * len(chosen)
+        chosen, gaps = _choices_and_gaps(logits.float())
         going = []
         for position, (row, token, gap) in enumerate(zip(self.running, chosen, gaps)):
             self.margins[row] = min(self.margins[row], gap)

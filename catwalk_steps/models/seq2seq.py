@@ -65,12 +65,17 @@ def seq2seq_batch_logliks(
     target_mask: torch.Tensor,
 ) -> torch.Tensor:
     """:func:`seq2seq_logliks` of a batch in the decoder-only layout: each row's inputs are its
-    (left-truncated) context followed by all but the last continuation token."""
+    (left-truncated) context followed by all but the last continuation token. The batch is read
+    back to the host in one copy (not one per row: on a GPU each copy waits for the device)."""
+    width, target_width = input_ids.shape[1], targets.shape[1]
+    rows = torch.cat([input_ids, attention_mask.long(), targets, target_mask.long()], dim=1).tolist()
     contexts: List[List[int]] = []
     continuations: List[List[int]] = []
-    for row in range(input_ids.shape[0]):
-        inputs = input_ids[row][attention_mask[row].bool()].tolist()
-        continuation = targets[row][target_mask[row]].tolist()
+    for row in rows:
+        ids, mask = row[:width], row[width:2 * width]
+        target_ids, target_kept = row[2 * width:2 * width + target_width], row[2 * width + target_width:]
+        inputs = [token for token, kept in zip(ids, mask) if kept]
+        continuation = [token for token, kept in zip(target_ids, target_kept) if kept]
         contexts.append(inputs[: len(inputs) - (len(continuation) - 1)])
         continuations.append(continuation)
     return seq2seq_logliks(lm, contexts, continuations)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 from tango.common.exceptions import ConfigurationError
@@ -51,7 +51,7 @@ class PredictionPlan:
     unconditioned: bool
     chat: Optional[ChatSettings]
     max_batch_size: int
-    max_batch_tokens: int
+    max_batch_tokens: Union[int, str]  # or "auto"
     journals: Optional[Path]
 
 

@@ -11,14 +11,15 @@ device count that wrote it.
 """
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 from tango.common import Tqdm
 
 from ..distributed.launch import launch
+from ..models.batch_budget import resolved_batch_tokens
 from ..models.finetuned import FinetunedModel
 from ..models.generation import generate_greedy
 from ..models.loading import ModelSpec, context_window
@@ -66,7 +67,7 @@ class PredictionJob:
     dtype: torch.dtype
     pad_token_id: int
     max_batch_size: int
-    max_batch_tokens: int
+    max_batch_tokens: Union[int, str]  # or "auto" (:mod:`..models.batch_budget`), resolved in each worker
     work_dir: Path
     work: str
     kind: str = "scores"
@@ -114,6 +115,7 @@ def compute_shard(rank: int, world_size: int, device: torch.device, job: Predict
     # Loaded once, in the prediction dtype, then moved to the device.
     lm = job.finetuned.load_model(job.dtype) if job.finetuned else load_pretrained(job.spec, job.dtype)
     lm = lm.to(device).eval()
+    job = _with_batch_tokens(job, lm, device, world_size)
     desc = DESCRIPTIONS.get(job.kind, job.kind) + (f" (worker 1 of {world_size})" if world_size > 1 else "")
     with Tqdm.tqdm(total=len(shard), initial=len(known), desc=desc, disable=rank != 0) as progress:
         COMPUTATIONS[job.kind](
@@ -127,3 +129,13 @@ def compute_shard(rank: int, world_size: int, device: torch.device, job: Predict
             known=known,
             on_batch=lambda done: journal.append([(shard[i], value) for i, value in done]),
         )
+
+
+def _with_batch_tokens(job: PredictionJob, lm, device: torch.device, world_size: int) -> PredictionJob:
+    """``job`` with its token budget resolved for ``lm`` on ``device`` (``"auto"``: from the memory
+    left with the model loaded; CPU workers share the host's)."""
+    budget = resolved_batch_tokens(
+        job.max_batch_tokens, lm, device, max_length=context_window(lm.config), max_batch_size=job.max_batch_size,
+        workers_sharing=world_size if device.type == "cpu" else 1,
+    )
+    return replace(job, max_batch_tokens=budget)

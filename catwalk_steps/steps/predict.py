@@ -12,6 +12,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.step import StepResources
 
 from ..distributed.devices import check_device_setting, gpu_count, worker_devices
+from ..models.batch_budget import check_batch_tokens
 from ..models.chat_templates import check_model_template
 from ..models.finetuned import FinetunedModel
 from ..models.loading import ModelSpec, with_model_names
@@ -64,8 +65,9 @@ class PredictStep(Step):
     @classmethod
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         """Settings are checked when the step graph is built, before any step of a run starts."""
-        if kwargs.get("max_batch_size", 1) < 1 or kwargs.get("max_batch_tokens", 1) < 1:
+        if kwargs.get("max_batch_size", 1) < 1:
             raise ConfigurationError("max_batch_size and max_batch_tokens must be positive")
+        check_batch_tokens(kwargs.get("max_batch_tokens", 1))
         check_device_setting(kwargs.get("device", "auto"), kwargs.get("device_count", 1))
         check_limit("limit", kwargs.get("limit"))
         check_split("split", kwargs.get("task"), kwargs.get("split", "validation"))
@@ -103,7 +105,7 @@ class PredictStep(Step):
         dtype: str = "float32",
         unconditioned: bool = False,
         max_batch_size: int = 32,
-        max_batch_tokens: int = 16384,
+        max_batch_tokens: Union[int, str] = 16384,
     ) -> List[Dict[str, Any]]:
         """
         :param limit: score only the first ``limit`` instances.
@@ -130,7 +132,9 @@ class PredictStep(Step):
             default: it doubles the work, and lm-evaluation-harness reports it for few tasks.
         :param max_batch_size: most queries (context, continuation pairs), or prompts being
             generated from, in one forward pass.
-        :param max_batch_tokens: most padded tokens in one scoring forward pass.
+        :param max_batch_tokens: most padded tokens in one scoring forward pass, or ``"auto"``:
+            as many as the memory left on each worker's device once the model is loaded holds, less
+            a margin (:mod:`..models.batch_budget`).
         """
         finetuned = model if isinstance(model, FinetunedModel) else None
         spec = finetuned.spec if finetuned else ModelSpec.parse(model, tokenizer=tokenizer)

@@ -45,6 +45,7 @@ from .optimizers import build_optimizer, build_schedule
 from .result import write_result
 from .seeds import derive_seed
 from .strategies import gradient_sync, placed_model
+from .throughput import Throughput, peak_flops
 
 Example = Dict[str, Any]
 logger = logging.getLogger(__name__)
@@ -212,7 +213,9 @@ def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, t
     start, shown = progress.step, {}
     desc = f"Training (resumed from step {start})" if start else "Training"
     bar = Tqdm.tqdm(total=end, initial=start, desc=desc, disable=rank != 0)
+    throughput = Throughput(sum(p.numel() for p in model.parameters()), peak_flops(device, job.precision))
     for step in range(start, end):
+        throughput.begin()
         epoch = job.plan.epoch_of(step)
         if step == start or step % job.plan.steps_per_epoch == 0:
             if step != start:
@@ -222,6 +225,7 @@ def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, t
         # One optimizer step: this worker's micro-batches of the step's global batch.
         micro_batches = job.plan.micro_batches(step, rank, world_size)
         batches = [collate([job.train[i] for i in examples]) for _, examples in micro_batches]
+        throughput.count(sum(len(examples) for _, examples in micro_batches), batches)
         callbacks.pre_batch(step, epoch, batches)
         batch_loss, outputs = torch.zeros((), device=device), []
         divisor = job.loss_divisor(step, world_size)
@@ -256,8 +260,9 @@ def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, t
                 losses.append([progress.step, loss_value])
                 tracker.log_training(progress.step, loss_value, lr, grad_norm)
             callbacks.log_batch(step, epoch, loss_value, outputs)
-            shown["loss"] = f"{loss_value:.4f}"
+            shown.update(loss=f"{loss_value:.4f}", **throughput.rates())  # examples/s, tokens/s, MFU
             bar.set_postfix(shown)
+        throughput.end()  # validation and checkpoints are not timed
 
         if job.is_checkpoint_step(progress.step):
             if job.validation is not None:

@@ -8,6 +8,7 @@ import json
 
 import pytest
 from tango.common.exceptions import ConfigurationError
+from tango.common.lazy import Lazy
 from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import FinetuneStep, PredictStep
@@ -19,7 +20,8 @@ from catwalk_steps.tasks.instance import DataError
 from catwalk_steps.training.generative import answer_examples
 
 from .conftest import TINY, write_jsonl
-from .test_training_invariance import WEIGHT_TOLERANCE, largest_difference
+from .test_generative_finetune import BF16_WEIGHT_TOLERANCE
+from .test_training_invariance import WEIGHT_TOLERANCE, Interrupt, RecordStart, largest_difference
 
 CHAT = TINY / "chat"
 CHAT_MODEL = f"rc::{TINY / 'chat-model'}"
@@ -110,20 +112,37 @@ def one_worker(chat_task, tmp_path_factory):
 
 
 @pytest.mark.ddp
-@pytest.mark.parametrize("strategy, adapter", [
-    ("ddp", None), pytest.param("fsdp", None, marks=pytest.mark.full),
-    pytest.param("ddp", {"type": "lora", "r": 4}, marks=pytest.mark.full),
-], ids=["ddp", "fsdp", "lora"])
-def test_two_workers_give_the_one_worker_model(chat_task, one_worker, tmp_path, strategy, adapter):
+@pytest.mark.parametrize("strategy, adapter, precision", [
+    ("ddp", None, "32"), pytest.param("fsdp", None, "32", marks=pytest.mark.full),
+    pytest.param("ddp", {"type": "lora", "r": 4}, "32", marks=pytest.mark.full),
+    pytest.param("ddp", None, "bf16-mixed", marks=pytest.mark.full),
+], ids=["ddp", "fsdp", "lora", "bf16-mixed"])
+def test_two_workers_give_the_one_worker_model(chat_task, one_worker, tmp_path, strategy, adapter, precision):
     one, reference = one_worker
-    if adapter is not None:
-        one = finetune(chat_task, adapter=adapter)
+    if adapter is not None or precision != "32":
+        one = finetune(chat_task, adapter=adapter, precision=precision)
         reference = one.result(LocalWorkspace(tmp_path / "one"))
-    two = finetune(chat_task, 2, strategy=strategy, adapter=adapter)
+    two = finetune(chat_task, 2, strategy=strategy, adapter=adapter, precision=precision)
     assert two.unique_id == one.unique_id
     result = two.result(LocalWorkspace(tmp_path / "two"))
     worst = largest_difference(reference.state_dict, result.state_dict)
-    print(f"chat data, {strategy} {adapter}: 1 vs 2 workers, largest weight difference {worst:.1e}")
+    print(f"chat data, {strategy} {adapter} {precision}: 1 vs 2 workers, largest weight difference {worst:.1e}")
+    assert worst < (BF16_WEIGHT_TOLERANCE if precision == "bf16-mixed" else WEIGHT_TOLERANCE)
+
+
+@pytest.mark.full
+@pytest.mark.ddp
+@pytest.mark.parametrize("first, then", [(1, 2), (2, 1)], ids=["1->2", "2->1"])
+def test_an_interrupted_run_resumes_on_another_device_count(chat_task, tmp_path, first, then):
+    reference = finetune(chat_task, train_epochs=2).result(LocalWorkspace(tmp_path / "reference"))
+    workspace = LocalWorkspace(tmp_path / "resumed")
+    with pytest.raises(Exception, match="interrupted at step 3"):
+        finetune(chat_task, first, train_epochs=2, callbacks=[Lazy(Interrupt, at=3)]).result(workspace)
+    step = finetune(chat_task, then, train_epochs=2, callbacks=[Lazy(RecordStart)])
+    resumed = step.result(workspace)
+    assert (workspace.work_dir(step) / "started_at").read_text() == "2"  # from the checkpoint of step 2
+    worst = largest_difference(reference.state_dict, resumed.state_dict)
+    print(f"chat data, interrupted on {first}, resumed on {then}: largest weight difference {worst:.1e}")
     assert worst < WEIGHT_TOLERANCE
 
 

@@ -117,7 +117,7 @@ def test_an_answer_longer_than_the_window_is_refused_before_training(tmp_path, w
 
 @pytest.mark.parametrize("kind, overrides, message", [
     ("multiple_choice", {"val_metric": "exact_match"}, "val_metric must be one of accuracy, loss"),
-    ("generate_until", {"val_metric": "accuracy"}, "val_metric must be one of loss, exact_match"),
+    ("generate_until", {"val_metric": "accuracy"}, "choose loss or one of its metrics: exact_match, f1"),
     ("generate_until", {"val_metric": "exact_match", "strategy": "fsdp", "device_count": 2}, "cannot do"),
     ("generate_until", {"val_metric": "exact_match", "validation_split": None}, "needs a validation_split"),
 ])
@@ -268,3 +268,25 @@ def test_validation_by_exact_match_on_two_workers_is_one_worker_s(tool_answers, 
     worst = largest_difference(one.state_dict, two.state_dict)
     print(f"generative, by exact match, 1 vs 2 workers: largest weight difference {worst:.1e}")
     assert worst < LONG_RUN_WEIGHT_TOLERANCE
+
+
+def test_val_metric_is_any_metric_the_tasks_report(tool_answers, tmp_path):
+    """gsm8k and lm_eval generation tasks name their exact match by filter: ``exact_match`` finds
+    it, a named metric is taken as it is, an unknown name is refused with the list of names."""
+    from catwalk_steps.tasks import Gsm8kTask, LmEvalTask
+    from catwalk_steps.training.generative import task_metric
+
+    from .lm_eval_docs import copy_generation_yamls
+
+    gsm8k = Gsm8kTask(data_files={"train": str(GENERATION / "train.jsonl"), "test": str(GENERATION / "validation.jsonl")})
+    bridged = LmEvalTask(task="local_gen_arith", include_path=copy_generation_yamls(tmp_path), include_defaults=False)
+    assert task_metric(gsm8k, "exact_match") == "exact_match/strict-match"
+    assert bridged.METRICS == ["exact_match/strict-match", "exact_match/flexible-extract"]
+    assert task_metric(bridged, "exact_match/flexible-extract") == "exact_match/flexible-extract"
+    assert task_metric(tool_answers, "f1") == "f1"
+    with pytest.raises(ConfigurationError, match="reports none such; choose loss or one of its metrics: exact_match, f1"):
+        finetune(tool_answers, val_metric="bleu")
+    step = finetune(tool_answers, val_metric="f1", train_epochs=1)
+    result = step.result(LocalWorkspace(tmp_path / "ws"))
+    validations = result.training_metrics["history"]["validations"]
+    assert all("val_f1" in v for v in validations) and result.training_metrics["val_f1"] == max(v["val_f1"] for v in validations)

@@ -304,3 +304,26 @@ def test_two_workers_make_one_wandb_run(tracked, tmp_path, monkeypatch):
     assert run.series("train/loss") == result.training_metrics["history"]["loss"]
     assert [v for _, v in run.series("train/loss")] == pytest.approx(
         [v for _, v in reference.training_metrics["history"]["loss"]], rel=1e-4)
+
+
+def test_generative_fine_tuning_is_tracked(tmp_path, monkeypatch):
+    """A generative fine-tune (answers, not choices) logs its tokens/s and its validations, by
+    loss and by exact match, as a multiple-choice one logs its own."""
+    from catwalk_steps.tasks import GenerationTask
+
+    offline_environment(monkeypatch)
+    generation = TINY / "generation"
+    task = GenerationTask(data_files={s: str(generation / f"{s}.jsonl") for s in ("train", "validation")},
+                          until=["\n"], max_new_tokens=8)
+    step = finetune(task, tensorboard_dir=str(tmp_path / "tb"), val_metric="exact_match", **TRACKED)
+    workspace = LocalWorkspace(tmp_path / "ws")
+    result = step.result(workspace)
+    closed_wandb()
+    (run_dir,) = (tmp_path / "tb").iterdir()
+    assert all(value > 0 for _, value in tensorboard_series(run_dir, "train/tokens_per_s"))
+    validations = result.training_metrics["history"]["validations"]
+    for name in ("val/loss", "val/exact_match"):
+        assert [s for s, _ in tensorboard_series(run_dir, name)] == [v["step"] for v in validations], name
+    (run,) = offline_runs(workspace.work_dir(step) / "wandb")
+    assert run.series("train/tokens_per_s") and run.summary["best/exact_match"] == result.training_metrics[
+        "val_exact_match"]

@@ -40,6 +40,13 @@ METRIC_KINDS: Dict[str, str] = {
 
 TESTS = {BINARY: "exact McNemar", CONTINUOUS: "paired permutation"}
 
+
+def metric_kind(metric: str) -> str:
+    """:data:`METRIC_KINDS`' kind of ``metric``, or of its name before a filter
+    (``exact_match/strict-match`` is an ``exact_match``); any other per-instance number (a task's
+    own metric) is continuous, which the paired permutation test takes whatever its values."""
+    return METRIC_KINDS.get(metric) or METRIC_KINDS.get(metric.split("/")[0]) or CONTINUOUS
+
 RESAMPLES = 10_000
 CONFIDENCE = 0.95
 #: Most resampled values drawn at once: 10,000 resamples of 10,000 instances in 25 blocks.
@@ -149,10 +156,8 @@ def compare_values(
     seed: int = 0,
 ) -> Comparison:
     """Compares per-instance values of ``metric`` (same instances, same order), tested as
-    :data:`METRIC_KINDS` says its kind is."""
-    kind = METRIC_KINDS.get(metric)
-    if kind not in TESTS:
-        raise ValueError(f"Cannot compare {metric!r}: unknown kind {kind!r} (known metrics: {', '.join(METRIC_KINDS)})")
+    :func:`metric_kind` says its kind is."""
+    kind = metric_kind(metric)
     b, c = np.asarray(baseline, dtype=np.float64), np.asarray(candidate, dtype=np.float64)
     if b.shape != c.shape or b.ndim != 1 or len(b) == 0:
         raise ValueError(f"{metric}: need two equally long, non-empty lists of values, got {len(b)} and {len(c)}")

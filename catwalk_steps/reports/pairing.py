@@ -8,6 +8,7 @@ import numpy as np
 from .accuracy import correctness, rankings
 from .calibration import brier_scores
 from .comparison import CONFIDENCE, METRIC_KINDS, RESAMPLES, compare_values
+from .generation import is_generation
 
 
 class MismatchedPredictions(ValueError):
@@ -15,15 +16,24 @@ class MismatchedPredictions(ValueError):
 
 
 def per_instance_values(records: List[Mapping[str, Any]]) -> Dict[str, np.ndarray]:
-    """Every per-instance metric of ``records``: from multiple-choice records (``logliks``),
-    each accuracy's 0/1 outcome, the Brier score and the gold choice's log-likelihood
-    (``gold_loglik``); and any numeric field that :data:`.comparison.METRIC_KINDS` names and
-    every record carries (a generation record's ``exact_match``, ``f1``)."""
+    """Every per-instance metric of ``records``, by their kind: from multiple-choice records
+    (``logliks``), each accuracy's 0/1 outcome, the Brier score and the gold choice's
+    log-likelihood (``gold_loglik``); from generation records, every score the task gives
+    (``exact_match``, ``f1``, ``exact_match/strict-match``, ...); from targets scored with a greedy
+    flag (LAMBADA), ``acc`` (the flag) and ``loglik``; from documents, their ``loglik``; and any
+    numeric field that :data:`.comparison.METRIC_KINDS` names and every record carries."""
     values: Dict[str, np.ndarray] = {}
     if records and all("logliks" in r for r in records):
         values.update({name: correctness(records, name).numpy() for name in rankings(records)})
         values["brier"] = brier_scores(records).numpy()
         values["gold_loglik"] = np.array([r["logliks"][r["label"]] for r in records], dtype=np.float64)
+    if records and all(is_generation(r) for r in records):
+        shared = set.intersection(*(set(r["scores"]) for r in records))
+        for name in sorted(shared):
+            if all(isinstance(r["scores"][name], (int, float)) for r in records):
+                values[name] = np.array([r["scores"][name] for r in records], dtype=np.float64)
+    if records and all("is_greedy" in r for r in records):
+        values["acc"] = np.array([float(r["is_greedy"]) for r in records], dtype=np.float64)
     for name in METRIC_KINDS:
         # bool is an int: a generation record's exact_match may be True/False.
         if name not in values and records and all(isinstance(r.get(name), (int, float)) for r in records):

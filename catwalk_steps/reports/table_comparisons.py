@@ -8,12 +8,12 @@ seed when the baseline has several seeds (else with its one row), and a setting'
 the mean of its seeds' differences and their standard deviation: a difference within the seed
 spread is flagged as such."""
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set
 
 import numpy as np
 from tango.common.exceptions import ConfigurationError
 
-from .comparison import METRIC_KINDS, RESAMPLES, TESTS, holm
+from .comparison import METRIC_KINDS, RESAMPLES, TESTS, holm, metric_kind
 from .pairing import compare_predictions
 from .replicates import MEAN_OVER_SEEDS
 from .tables import MetricsTable, delta_column, p_column
@@ -62,11 +62,13 @@ def add_comparisons(
         return baseline_label(row, key_columns, replicates) == baseline
 
     compared: List[Dict[str, Any]] = []
+    compared_metrics: Set[str] = set()
     for row in rows:
         if name(row) not in predictions or is_baseline(row):
             continue
         base = _baseline_row(row, [r for r in rows if is_baseline(r) and name(r) in predictions], replicates)
         result = compare_predictions(predictions[name(base)], predictions[name(row)], seed=seed)
+        compared_metrics.update(result["metrics"])
         for metric, c in result["metrics"].items():
             row[delta_column(metric)] = c["delta"]
             row[delta_column(metric, "_ci_low")] = c["ci_low"]
@@ -77,8 +79,7 @@ def add_comparisons(
         compared.append(row)
     if not compared:
         raise ConfigurationError(f"No row of the table but the baseline {baseline!r} has predictions to compare")
-
-    metrics = [m for m in METRIC_KINDS if any(delta_column(m) in row for row in compared)]
+    metrics = [m for m in METRIC_KINDS if m in compared_metrics] + sorted(compared_metrics - set(METRIC_KINDS))
     for metric in metrics:
         family = [row for row in compared if p_column(metric, corrected=False) in row]
         for row, p in zip(family, holm([row[p_column(metric, corrected=False)] for row in family])):
@@ -136,7 +137,7 @@ def _caption(
     lines = [
         f"Δ {shown}: each row minus the baseline {baseline!r}, paired on the same instances;",
         f"95% CI: paired bootstrap ({RESAMPLES:,} resamples of the instances, seed {seed});",
-        f"p: two-sided {TESTS[METRIC_KINDS[shown]]} test, Holm-corrected across the table's {count} comparisons.",
+        f"p: two-sided {TESTS[metric_kind(shown)]} test, Holm-corrected across the table's {count} comparisons.",
     ]
     if others:
         lines.append(f"The CSV and JSON also compare {', '.join(others)} (each its own Holm family).")

@@ -183,6 +183,16 @@ class LmEvalTask(MultipleChoiceTask):
         return task_manager(self.include_path, self.include_defaults).load(self.name)["tasks"][self.name]
 
     @property
+    def METRICS(self) -> List[str]:  # noqa: N802 (the generative tasks' attribute of that name)
+        """The per-instance scores a ``generate_until`` task's records hold (:func:`harness_scores`'
+        names: ``<metric>`` under the ``none`` filter, ``<metric>/<filter>`` under others)."""
+        if self.REQUEST_TYPE != "generate_until":
+            return []
+        filters = [f["name"] for f in self.config.get("filter_list") or []] or ["none"]
+        metrics = [m["metric"] for m in self.config.get("metric_list") or [] if isinstance(m.get("metric"), str)]
+        return [metric if f == "none" else f"{metric}/{f}" for f in filters for metric in metrics]
+
+    @property
     def splits(self) -> Sequence[str]:
         return [split for split, key in SPLIT_KEYS.items() if self.config.get(key)]
 

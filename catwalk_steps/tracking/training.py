@@ -89,7 +89,7 @@ class TrainingTracker:
 
     def _tokens(self, steps: range) -> int:
         examples = (self.job.train[i] for step in steps for i in self.job.plan.step_examples(step))
-        return sum(len(context) + len(choice) for example in examples for context, choice in example["queries"])
+        return sum(map(example_tokens, examples))
 
     def _peak_memory_gib(self) -> float:
         if self.device.type == "cuda":
@@ -127,3 +127,11 @@ class TrainingTracker:
             for tracker in self.trackers:
                 tracker.summarize(summary)
         self.last_step, self.since = progress.step, time.perf_counter()
+
+
+def example_tokens(example: Dict[str, Any]) -> int:
+    """The tokens a training example feeds the model: every (context, choice) pair of a
+    multiple-choice example, or a generative example's prompt and answer."""
+    if "queries" in example:
+        return sum(len(context) + len(choice) for context, choice in example["queries"])
+    return len(example["prompt"]) + len(example["answer"])

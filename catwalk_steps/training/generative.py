@@ -10,9 +10,12 @@ answer tokens, for any micro-batching and device count (a per-micro-batch or per
 would weigh a token by how many others share its micro-batch).
 
 Validation measures ``val_loss``, the answer-token cross-entropy of the whole validation split
-(summed over it, divided by its answer tokens), and, when it chooses the best weights,
-``val_exact_match``: greedy generations (:mod:`..models.generation`) scored by each task's own
-rule. By default the lowest ``val_loss`` chooses.
+(summed over it, divided by its answer tokens), and, when it chooses the best weights, a metric
+the tasks report (``val_metric: exact_match``, ``f1``, ``exact_match/strict-match``, ...): greedy
+generations (:mod:`..models.generation`) scored by each task's own rule, recorded as
+``val_<metric>``, larger being better. ``exact_match`` names each task's exact match, whatever
+its filter (GSM8K's and lm-eval tasks' ``exact_match/strict-match``). By default the lowest
+``val_loss`` chooses.
 """
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
@@ -59,25 +62,49 @@ def training_kind(tasks: Sequence[Any]) -> str:
     return next(iter(kinds), MULTIPLE_CHOICE)
 
 
+def task_metric(task: Any, val_metric: str) -> str:
+    """The name under which ``task`` reports ``val_metric`` (``exact_match`` is its exact match
+    under whatever filter), or a :class:`ConfigurationError` listing what it reports."""
+    names = list(getattr(task, "METRICS", ()))
+    if val_metric in names:
+        return val_metric
+    found = next((name for name in names if val_metric == "exact_match" and name.split("/")[0] == val_metric), None)
+    if found is None:
+        raise ConfigurationError(
+            f"val_metric {val_metric!r}: {type(task).__name__} reports none such; choose loss or one of its "
+            f"metrics: {', '.join(names)}"
+        )
+    return found
+
+
+def generated_metric(kind: str, val_metric: Optional[str]) -> bool:
+    """Whether ``val_metric`` is measured on greedy generations (a generative task's metric)."""
+    return kind == GENERATIVE and val_metric not in (None, "loss")
+
+
 def check_val_metric(kwargs: Dict[str, Any]) -> None:
-    """Checks ``val_metric`` against the tasks' kind and the strategy, when the step graph is
-    built; one naming its kind's default becomes ``None``, so that it keeps the default's key."""
+    """Checks ``val_metric`` against the tasks' kind, the metrics they report and the strategy,
+    when the step graph is built; one naming its kind's default becomes ``None``, so that it keeps
+    the default's key."""
     # A task that another step makes is known when this step runs: run() checks it then.
     tasks = [task for task in kwargs.get("tasks") or [] if not isinstance(task, Step)]
     kind = training_kind(tasks)
     val_metric = kwargs.get("val_metric")
     if val_metric is None or not tasks:
         return
-    if val_metric not in VAL_METRICS[kind]:
+    if generated_metric(kind, val_metric):
+        for task in tasks:
+            task_metric(task, val_metric)
+    elif val_metric not in VAL_METRICS[kind]:
         raise ConfigurationError(
             f"val_metric must be one of {', '.join(VAL_METRICS[kind])} for {kind} tasks, got {val_metric!r}"
         )
     if kwargs.get("validation_split", "validation") is None:
         raise ConfigurationError("val_metric needs a validation_split to measure")
     workers = kwargs.get("device_count", 1) * kwargs.get("nodes", 1)
-    if val_metric == "exact_match" and kwargs.get("strategy", "ddp") == "fsdp" and workers > 1:
+    if generated_metric(kind, val_metric) and kwargs.get("strategy", "ddp") == "fsdp" and workers > 1:
         raise ConfigurationError(
-            "val_metric: exact_match generates on each worker's share of the validation split, which a model "
+            f"val_metric: {val_metric} generates on each worker's share of the validation split, which a model "
             "sharded with strategy fsdp cannot do (its workers must run forward passes in step): "
             "validate by loss (the default) under fsdp, or train with ddp"
         )
@@ -87,7 +114,8 @@ def check_val_metric(kwargs: Dict[str, Any]) -> None:
 
 def selected_record_key(kind: str, val_metric: Optional[str]) -> str:
     """The validation record's number that chooses the best weights."""
-    return RECORD_KEYS[val_metric or VAL_METRICS[kind][0]]
+    name = val_metric or VAL_METRICS[kind][0]
+    return RECORD_KEYS.get(name) or f"val_{name}"
 
 
 def answer_examples(
@@ -131,12 +159,12 @@ def loss_divisor(train: List[Example], plan: BatchPlan, step: int, world_size: i
     return sum(train[i]["tokens"] for i in plan.step_examples(step)) / world_size
 
 
-def exact_matches(
-    lm: "PreTrainedModel", conventions: "TokenConventions", tasks: Sequence[Any], examples: List[Example],
-    max_length: int, batch_size: int,
+def generated_scores(
+    lm: "PreTrainedModel", conventions: "TokenConventions", tasks: Sequence[Any], metrics: Sequence[str],
+    examples: List[Example], max_length: int, batch_size: int,
 ) -> float:
-    """The summed exact match of greedy generations for ``examples`` (those of an instance's last
-    answer: see :func:`answer_examples`), each scored by its task."""
+    """The summed score of greedy generations for ``examples`` (those of an instance's last
+    answer: see :func:`answer_examples`), each scored by its task under its name in ``metrics``."""
     from ..models.generation import generate_greedy
     from ..models.prompt_room import generation_requests
 
@@ -150,7 +178,7 @@ def exact_matches(
     total = 0.0
     for example, instance, generation in zip(examples, instances, generations):
         (scores,) = tasks[example["task"]].scores([instance], [generation["text"]])
-        total += scores["exact_match"]
+        total += scores[metrics[example["task"]]]
     return total
 
 

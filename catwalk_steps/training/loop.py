@@ -39,7 +39,7 @@ from ..tracking.training import TrainingTracker
 from .batches import BatchPlan
 from .callbacks import Callbacks, EngineView, build_callbacks, should_stop
 from .checkpoints import CHECKPOINTS, CheckpointStore, Progress
-from .generative import answer_validation_sums, exact_matches, loss_divisor
+from .generative import answer_validation_sums, generated_scores, loss_divisor
 from .gradients import clip_gradients
 from .optimizers import build_optimizer, build_schedule
 from .result import write_result
@@ -87,10 +87,12 @@ class TrainingJob:
     tracking: Optional[Tracking] = None  # W&B / TensorBoard, reported by rank 0 (see catwalk_steps.tracking.training)
     #: Trains answers of generative tasks (:mod:`.generative`) instead of ranking choices.
     generative: bool = False
-    #: The validation number that chooses the best weights (``val_acc``, ``val_loss``, ``val_exact_match``).
+    #: The validation number that chooses the best weights (``val_acc``, ``val_loss``, ``val_<metric>``).
     selected: str = "val_acc"
-    #: The tasks, to score validation generations by their rules (``val_exact_match`` only).
+    #: The tasks, to score validation generations by their rules, and the name of the selected
+    #: metric in each one's scores (a generated metric only).
     tasks: Optional[List[Any]] = None
+    task_metrics: Optional[List[str]] = None
 
     def build_model(self, lm=None) -> RankClassificationModel:
         """The model to train (``lm``: one whose weights are still on the meta device)."""
@@ -166,16 +168,16 @@ def validate(
         elif items:
             counts = [outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items), device=device)]
             sums += torch.stack(counts).to(sums)
-    if job.selected == "val_exact_match":  # greedy generations, scored by each task's rule
-        sums[0] = exact_matches(model.scoring_lm, job.conventions, job.tasks, shard, job.max_length,
-                                job.plan.micro_batch_size)
+    if job.task_metrics:  # greedy generations, scored by each task's rule
+        sums[0] = generated_scores(model.scoring_lm, job.conventions, job.tasks, job.task_metrics, shard,
+                                   job.max_length, job.plan.micro_batch_size)
     correct, loss, count = _sum_over_workers(sums).tolist()
     model.train()
     if not job.generative:
         return {"val_acc": correct / count, "val_loss": loss / count}
     scores = {"val_loss": loss / count}  # per answer token
-    if job.selected == "val_exact_match":
-        scores["val_exact_match"] = correct / sum(example["instance"] is not None for example in job.validation)
+    if job.task_metrics:
+        scores[job.selected] = correct / sum(example["instance"] is not None for example in job.validation)
     return scores
 
 

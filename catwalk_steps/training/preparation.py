@@ -18,7 +18,7 @@ from ..tasks import MCInstance
 from ..tasks.chat import ChatFormat
 from ..tracking.settings import Tracking
 from .batches import BatchPlan, micro_batch_size_for
-from .generative import GENERATIVE, answer_examples, selected_record_key, training_kind
+from .generative import GENERATIVE, answer_examples, generated_metric, selected_record_key, task_metric, training_kind
 from .loop import TrainingJob
 from .settings import FinetuneSettings
 
@@ -114,7 +114,8 @@ def training_job(
         patience=s.patience,
         generative=generative,
         selected=selected_record_key(kind, s.val_metric),
-        tasks=tasks if s.val_metric == "exact_match" else None,
+        tasks=tasks if generated_metric(kind, s.val_metric) else None,
+        task_metrics=[task_metric(t, s.val_metric) for t in tasks] if generated_metric(kind, s.val_metric) else None,
         workspace=workspace,
         step_id=step_id,
         step_name=step_name,

@@ -76,7 +76,7 @@ def diff_records(
     changed = [
         {
             "id": baseline[n]["id"],
-            "label": baseline[n]["label"],
+            **({"label": baseline[n]["label"]} if "label" in baseline[n] else {}),
             **text.get(baseline[n]["id"], {}),
             "change": "win" if c_right[n] else "loss",
             "baseline": side(baseline, n, b_right, b_margins),

@@ -1,0 +1,77 @@
+"""Every request kind through the steps that judge predictions, on records ``catwalk::predict``
+makes (not built by hand): multiple choice, generation (a native task, and an lm_eval task whose
+scores are named by filter), perplexity documents and LAMBADA-style targets, each through
+``catwalk::compare``, a table with a baseline (Δ and p, with the test each metric gets) and, for
+the per-instance 0/1 metrics, ``catwalk::export_diff``."""
+
+import json
+
+import pytest
+
+from catwalk_steps import CalculateMetricsStep, CompareStep, ExportDiffStep, PredictStep, TabulateMetricsStep
+from catwalk_steps.tasks import GenerationTask, LambadaTask, LmEvalTask, PerplexityTask, PiqaTask
+
+from .conftest import TINY, TINY_MODEL
+
+SMALL_MODEL = f"rc::{TINY / 'model-small'}"
+PERPLEXITY = TINY / "perplexity"
+
+
+def tasks(tmp_path_factory):
+    from .lm_eval_docs import copy_generation_yamls
+
+    yamls = copy_generation_yamls(tmp_path_factory.mktemp("every_kind"))
+    return {
+        "multiple choice": (PiqaTask(data_files={"validation": str(TINY / "validation.jsonl")}), "validation", "acc"),
+        "generation": (GenerationTask(data_files={"validation": str(TINY / "generation" / "validation.jsonl")},
+                                      until=["\n"], max_new_tokens=6), "validation", "exact_match"),
+        "lm_eval generation": (LmEvalTask(task="local_gen_arith", include_path=yamls, include_defaults=False,
+                                          num_shots=0), "validation", "exact_match/strict-match"),
+        "documents": (PerplexityTask(data_files={"validation": str(PERPLEXITY / "documents.jsonl")}), "validation",
+                      "loglik"),
+        "targets": (LambadaTask(data_files={"test": str(PERPLEXITY / "lambada_test.jsonl")}), "test", "acc"),
+    }
+
+
+@pytest.fixture(scope="module")
+def predicted(tmp_path_factory):
+    """Each kind's records from two models, as ``catwalk::predict`` makes them."""
+    pytest.importorskip("lm_eval")
+    found = {}
+    for kind, (task, split, metric) in tasks(tmp_path_factory).items():
+        runs = [PredictStep(model=m, task=task, split=split, limit=16).run(model=m, task=task, split=split, limit=16)
+                for m in (TINY_MODEL, SMALL_MODEL)]
+        found[kind] = task, split, metric, runs
+    return found
+
+
+KINDS = ["multiple choice", "generation", "lm_eval generation", "documents", "targets"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_compare_and_a_table_with_a_baseline_take_every_kind(predicted, kind):
+    task, split, metric, (baseline, candidate) = predicted[kind]
+    compared = CompareStep(baseline=baseline, candidate=candidate).run(baseline=baseline, candidate=candidate)
+    assert metric in compared["metrics"]
+    expected_test = "exact McNemar" if metric in ("acc", "exact_match", "exact_match/strict-match") else "paired permutation"
+    assert compared["metrics"][metric]["test"] == expected_test
+    metrics = {name: CalculateMetricsStep(predictions=r).run(predictions=r) for name, r in
+               (("big", baseline), ("small", candidate))}
+    table = TabulateMetricsStep(metrics={}).run(
+        metrics=metrics, baseline="big", predictions={"big": baseline, "small": candidate})
+    (small,) = [row for row in table.rows if row["run"] == "small"]
+    assert f"delta_{metric}" in small and 0 <= small[f"p_{metric}"] <= 1
+    assert expected_test in table.caption or f"delta_{metric}" not in table.display_columns()
+
+
+@pytest.mark.parametrize("kind", ["multiple choice", "generation", "lm_eval generation", "targets"])
+def test_diffs_list_the_changed_instances_of_every_kind_with_a_0_1_metric(predicted, kind, tmp_path):
+    task, split, metric, (baseline, candidate) = predicted[kind]
+    step = ExportDiffStep(output_dir=str(tmp_path), baseline=baseline, candidate=candidate, metric=metric,
+                          task=task, split=split, limit=16)
+    out = step.run(output_dir=str(tmp_path), baseline=baseline, candidate=candidate, metric=metric, task=task,
+                   split=split, limit=16)
+    changed = [json.loads(line) for line in (tmp_path / "diff.jsonl").read_text().splitlines()]
+    summary = (tmp_path / "diff.md").read_text()
+    assert out == str(tmp_path) and f"({metric}, {len(baseline)} instances)" in summary
+    assert all(entry["change"] in ("win", "loss") for entry in changed)

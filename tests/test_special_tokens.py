@@ -191,6 +191,7 @@ def test_the_key_reads_the_files_as_the_tokenizer_encodes(mistral_llama, chat_ll
     models += [f"rc::{tiny_architecture(tmp_path / name, name, TINY / 'model')}" for name in ("t5", "llama")]
     for model in models:
         spec = ModelSpec.parse(model)
-        assert adds_special_tokens_on_disk(spec.file_here) == spec.conventions().adds_special_tokens(), model
+        found = adds_special_tokens_on_disk(spec.file_here)  # None: the key falls back to the loaded tokenizer
+        assert found in (None, spec.conventions().adds_special_tokens()), model
     assert [ModelSpec.parse(m).conventions_key() is not None for m in models] == [False, True, True, True, False, False]
     assert adds_special_tokens_on_disk(ModelSpec.parse("rc::no-such/model").file_here) is None

@@ -75,6 +75,11 @@ def build(out: Path, train_size: int = 256, validation_size: int = 64, seed: int
     tokenizer = build_tokenizer(texts, vocab_size=512)
     directory = out / "chat-model"
     tokenizer.save_pretrained(directory)
+    # The class every supported transformers knows (5.x writes its own "TokenizersBackend").
+    settings = directory / "tokenizer_config.json"
+    config = {**json.loads(settings.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"}
+    config.pop("backend", None)
+    settings.write_text(json.dumps(config, indent=2) + "\n")
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=128, bos_token_id=tokenizer.bos_token_id,

@@ -66,6 +66,7 @@ def test_each_row_format_becomes_an_instance(tmp_path):
     ([{"role": "user", "content": ["a"]}, {"role": "assistant", "content": "b"}], r"turn 1 \(user\) has content \['a'\]"),
     (["hi", {"role": "assistant", "content": "b"}], "turn 1 must be an object with 'role' and 'content'"),
     ([], "must be a non-empty list"),
+    ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "..."}], "holds '...', which is empty"),
 ])
 def test_bad_conversations_are_refused_before_any_model_loads(tmp_path, monkeypatch, turns, problem):
     from catwalk_steps.models import weights

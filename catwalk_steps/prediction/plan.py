@@ -75,11 +75,14 @@ def predictions(plan: PredictionPlan) -> Records:
 
 
 def _records(plan: PredictionPlan) -> Records:
-    conventions = None if plan.chat is None else plan.spec.conventions()  # a template needs the tokenizer first
-    chat = None if plan.chat is None else plan.chat.format(
-        template_renderer(conventions.tokenizer, plan.chat.template, plan.spec.pretrained))
-    # A bad data file fails here, before anything (without a template, before the tokenizer) is loaded.
-    instances = plan.task.instances(plan.split, plan.limit, **({"chat": chat} if chat else {}))
+    # A bad data file fails at the instances, before anything is loaded; only a chat template
+    # needs the tokenizer first, to write the prompts.
+    if plan.chat is None:
+        instances, conventions = plan.task.instances(plan.split, plan.limit), None
+    else:
+        conventions = plan.spec.conventions()
+        render = template_renderer(conventions.tokenizer, plan.chat.template, plan.spec.pretrained)
+        instances = plan.task.instances(plan.split, plan.limit, chat=plan.chat.format(render))
     if not instances:  # (MMLU's subjects may select none): no records, and nothing to compute metrics on
         raise ConfigurationError(f"{type(plan.task).__name__}: split {plan.split!r} has no instances to predict")
     conventions = conventions or plan.spec.conventions()

@@ -18,7 +18,7 @@ from ..tango_fixes.setting_types import list_expected
 from .answer_match import squad_scores
 from .base import Task
 from .chat import ChatFormat
-from .conversations import Conversation, conversation_of
+from .conversations import conversation_of
 from .fewshot import check_shots, fewshot_key, prompted_instances
 from .instance import GenerationInstance, Row
 
@@ -178,8 +178,12 @@ class GenerationTask(GenerativeTask):
         settings = dict(id=f"{split}/{number}", until=self.until, max_new_tokens=self.max_new_tokens,
                         target_delimiter="")
         if conversation is None:  # TRL's prompt-completion row: the completion follows the prompt as it is
-            return GenerationInstance(prompt=row.get("prompt"), references=[row.get("completion")], **settings)
-        return GenerationInstance(prompt=plain_text(conversation[:-1]), references=[conversation[-1][1]],
+            references = answer_texts(row, "completion", [row.get("completion")])
+            return GenerationInstance(prompt=row.get("prompt"), references=references, **settings)
+        # Until a chat template writes the conversation, its prompt is the question of its last exchange.
+        (_, question), (_, answer) = conversation[-2:]
+        name = "messages" if row.data.get("messages") is not None else "prompt/completion"
+        return GenerationInstance(prompt=question, references=answer_texts(row, name, [answer]),
                                   messages=conversation, **settings)
 
     def instances(
@@ -198,12 +202,6 @@ class GenerationTask(GenerativeTask):
 
     def references(self, row: Row) -> List[str]:
         return answer_texts(row, "answers", row.data.get("answers"))
-
-
-def plain_text(conversation: Conversation) -> str:
-    """A conversation written out without a template (what the record shows of its prompt until
-    a template renders it)."""
-    return "\n".join(f"{role}: {content}" for role, content in conversation)
 
 
 def field_of(row: Row, name: str, part: str) -> Any:

@@ -124,13 +124,13 @@ class LmEvalTask(MultipleChoiceTask):
 
     Of the settings every task takes, ``num_shots`` and ``fewshot_seed`` apply as they are, and
     ``num_shots`` left unset is the task YAML's ``num_fewshot`` (0 where it has none), as
-    ``lm_eval --tasks NAME`` runs it (``gsm8k`` is 5-shot); the others are the task YAML's to say: its ``dataset_path``, ``dataset_name`` and
-    ``dataset_kwargs`` are the data (``data_files``, ``hub_id``, ``revision``), its
-    ``fewshot_split`` or ``fewshot_config`` where demonstrations come from (``fewshot_split``),
-    and its prompt the formulation: its ``description``, ``target_delimiter``,
-    ``fewshot_delimiter``, ``fewshot_config`` and ``gen_prefix`` apply as lm-evaluation-harness
-    applies them (the prompt is its own ``fewshot_context``, given the ``gen_prefix`` its evaluator
-    gives it).
+    ``lm_eval --tasks NAME`` runs it (``gsm8k`` is 5-shot); the others are the task YAML's to
+    say: its ``dataset_path``, ``dataset_name`` and ``dataset_kwargs`` are the data
+    (``data_files``, ``hub_id``, ``revision``), its ``fewshot_split`` or ``fewshot_config`` where
+    demonstrations come from (``fewshot_split``), and its prompt the formulation: its
+    ``description``, ``target_delimiter``, ``fewshot_delimiter``, ``fewshot_config`` and
+    ``gen_prefix`` apply as lm-evaluation-harness applies them (the prompt is its own
+    ``fewshot_context``, given the ``gen_prefix`` its evaluator gives it).
 
     A ``generate_until`` task generates greedily until its ``generation_kwargs``' ``until``
     strings or ``max_gen_toks`` tokens (sampling settings are refused), and each generation is

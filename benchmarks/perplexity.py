@@ -53,7 +53,7 @@ def computation_ours(model: Path, texts):
     from catwalk_steps.models.loading import ModelSpec, context_window
     from catwalk_steps.models.weights import load_pretrained
     from catwalk_steps.models.scoring import score_queries
-    from catwalk_steps.prediction.perplexity_records import document_queries
+    from catwalk_steps.kinds.documents import document_queries
     from catwalk_steps.tasks import DocumentInstance
 
     spec = ModelSpec.parse(f"rc::{model}")
@@ -82,7 +82,7 @@ def computation_floor(model: Path, texts):
     from catwalk_steps.models.loading import ModelSpec, context_window
     from catwalk_steps.models.output_layer import _CHUNK_LOGITS, token_logprobs
     from catwalk_steps.models.weights import load_pretrained
-    from catwalk_steps.prediction.perplexity_records import document_queries
+    from catwalk_steps.kinds.documents import document_queries
     from catwalk_steps.tasks import DocumentInstance
 
     spec = ModelSpec.parse(f"rc::{model}")

@@ -154,10 +154,12 @@ def built_tasks(tasks: Dict[str, Any]) -> Dict[str, Any]:
     return {name: Task.from_params(Params(copy.deepcopy(config))) for name, config in tasks.items()}
 
 
-def multiple_choice(tasks: Dict[str, Any]) -> List[str]:
-    """The names of the multiple-choice tasks among ``{name: task}``: those that have instances
-    to diff (``catwalk::export_diff``)."""
-    return [name for name, task in tasks.items() if task.REQUEST_TYPE == "multiple_choice"]
+def diffable(tasks: Dict[str, Any]) -> List[str]:
+    """The names of the tasks among ``{name: task}`` whose kind has a per-instance 0/1 metric to
+    diff (``catwalk::export_diff``): all but perplexity documents."""
+    from .kinds import kind_of_task
+
+    return [name for name, task in tasks.items() if kind_of_task(task).diffable]
 
 
 def predict_settings(args: argparse.Namespace) -> Dict[str, Any]:

@@ -5,7 +5,7 @@
 It builds the steps of ``lib.evaluate_tasks`` (catwalk_steps/configs/lib.libsonnet) and runs them in the Tango
 workspace, with the cache keys of a config calling that helper with the same settings. With
 ``--baseline MODEL`` every other model is compared with it, paired on the same instances, and
-with ``--output_dir`` too, each multiple-choice task's changed instances land in its diffs/.
+with ``--output_dir`` too, each task's changed instances (all but perplexity's) land in its diffs/.
 """
 
 import argparse
@@ -15,7 +15,7 @@ from typing import List, Optional
 from tango.common.exceptions import ConfigurationError
 
 from .command_line import (
-    add_common_flags, add_step_flag, built_tasks, lib_call, main_with, model_name, multiple_choice, parse_data_files,
+    add_common_flags, add_step_flag, built_tasks, diffable, lib_call, main_with, model_name, parse_data_files,
     predict_settings, resolve_tasks, step_defaults,
 )
 
@@ -47,7 +47,7 @@ def build(args: argparse.Namespace) -> str:
         predict["device_count"] = args.device_count
     return lib_call(
         "evaluate_tasks", models, tasks, predict=predict, splits=splits, output_dir=args.output_dir,
-        baseline=model_name(args.baseline) if args.baseline else None, diffs=multiple_choice(built),
+        baseline=model_name(args.baseline) if args.baseline else None, diffs=diffable(built),
     )
 
 

@@ -7,7 +7,7 @@ in the Tango workspace: the same steps and cache keys as a config calling that h
 same settings, so nothing the command computed is computed again by a config, or the other way
 round. It ends with the table: every task zero-shot and fine-tuned, with the fine-tuned model's
 paired difference to the stock one (``Δ acc [95% CI]``, ``p``); with ``--output_dir``, the
-predictions, the table and each multiple-choice task's changed instances land there.
+predictions, the table and each task's changed instances (all but perplexity's) land there.
 """
 
 import argparse
@@ -17,7 +17,7 @@ from typing import List, Optional
 from tango.common.exceptions import ConfigurationError
 
 from .command_line import (
-    add_common_flags, add_step_flag, built_tasks, lib_call, main_with, model_settings, multiple_choice,
+    add_common_flags, add_step_flag, built_tasks, diffable, lib_call, main_with, model_settings,
     parse_data_files, predict_settings, resolve_tasks, step_defaults,
 )
 
@@ -65,7 +65,7 @@ def build(args: argparse.Namespace) -> str:
     finetune.update(model_settings(args))  # trained as it is scored
     return lib_call(
         "finetune_and_evaluate_tasks", args.model, tasks, finetune,
-        predict=predict_settings(args), splits=splits, output_dir=args.output_dir, diffs=multiple_choice(built),
+        predict=predict_settings(args), splits=splits, output_dir=args.output_dir, diffs=diffable(built),
     )
 
 

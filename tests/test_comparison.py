@@ -11,8 +11,11 @@ from tango.step_graph import StepGraph
 
 from catwalk_steps import CompareStep, ExportDiffStep, PredictStep, TabulateMetricsStep
 from catwalk_steps.reports.comparison import bootstrap_ci, compare_values, holm, mcnemar, permutation_p_value
+from catwalk_steps.kinds import Generation, MultipleChoice
 from catwalk_steps.reports.diffs import diff_records
-from catwalk_steps.reports.pairing import MismatchedPredictions, compare_predictions, per_instance_values
+from catwalk_steps.reports.pairing import MismatchedPredictions, compare_predictions
+
+CHOICES = MultipleChoice()
 
 from .conftest import REPO, TINY, TINY_MODEL
 
@@ -91,18 +94,24 @@ def test_holm_on_a_hand_case():
 
 def test_every_per_instance_metric_is_compared_with_its_kind():
     baseline, candidate = records([0, 1, 0, 1, 0, 0]), records([1, 1, 1, 1, 0, 1], seed=1)
-    for b, c, em, f1 in zip(baseline, candidate, [0, 1, 0, 1, 0, 0], [0.1, 0.5, 0.2, 0.9, 0.0, 0.3]):
-        b.update(exact_match=bool(em), f1=f1)
-        c.update(exact_match=True, f1=f1 + 0.1)
-    result = compare_predictions(baseline, candidate)
+    result = compare_predictions(CHOICES, baseline, candidate)
     assert result["n"] == 6
     metrics = result["metrics"]
-    assert set(metrics) == {"acc", "acc_norm", "acc_per_token", "brier", "gold_loglik", "exact_match", "f1"}
+    assert set(metrics) == {"acc", "acc_norm", "acc_per_token", "brier", "gold_loglik"}
     assert metrics["acc"]["test"] == "exact McNemar" and (metrics["acc"]["wins"], metrics["acc"]["losses"]) == (3, 0)
     assert metrics["acc"]["delta"] == pytest.approx(0.5)
+    assert metrics["brier"]["test"] == "paired permutation"
+    assert CHOICES.values(baseline)["acc"].tolist() == [0, 1, 0, 1, 0, 0]
+
+    def generations(exact, f1):
+        return [{"id": r["id"], "generation": "x", "scores": {"exact_match": e, "f1": f}}
+                for r, e, f in zip(baseline, exact, f1)]
+
+    f1 = [0.1, 0.5, 0.2, 0.9, 0.0, 0.3]
+    metrics = compare_predictions(Generation(), generations([0, 1, 0, 1, 0, 0], f1),
+                                  generations([1] * 6, [f + 0.1 for f in f1]))["metrics"]
+    assert set(metrics) == {"exact_match", "f1"} and metrics["exact_match"]["wins"] == 4
     assert metrics["f1"]["test"] == "paired permutation" and metrics["f1"]["delta"] == pytest.approx(0.1)
-    assert metrics["exact_match"]["wins"] == 4
-    assert per_instance_values(baseline)["acc"].tolist() == [0, 1, 0, 1, 0, 0]
 
 
 @pytest.mark.parametrize(
@@ -115,14 +124,14 @@ def test_every_per_instance_metric_is_compared_with_its_kind():
 )
 def test_different_instances_are_refused_naming_what_differs(candidate, message):
     with pytest.raises(MismatchedPredictions, match=message):
-        compare_predictions(records([1, 0, 1, 0]), candidate)
+        compare_predictions(CHOICES, records([1, 0, 1, 0]), candidate)
 
 
 def test_a_different_gold_label_is_refused():
     candidate = records([1, 0, 1, 0])
     candidate[2]["label"] = 1
     with pytest.raises(MismatchedPredictions, match="gold label"):
-        compare_predictions(records([1, 0, 1, 0]), candidate)
+        compare_predictions(CHOICES, records([1, 0, 1, 0]), candidate)
 
 
 def test_a_binary_metric_with_other_values_is_refused():
@@ -198,7 +207,7 @@ def test_table_compares_every_row_with_the_baseline_of_its_task_and_spreads_seed
     table = step.run(**step.kwargs)
     by_seed = {row["seed"]: row for row in table.rows}
     for s, r in seeds.items():
-        expected = compare_predictions(zero, r)["metrics"]["acc"]
+        expected = compare_predictions(CHOICES, zero, r)["metrics"]["acc"]
         assert by_seed[str(s)]["delta_acc"] == pytest.approx(expected["delta"])
         assert by_seed[str(s)]["p_acc_uncorrected"] == pytest.approx(expected["p_value"])
     raw = [by_seed[s]["p_acc_uncorrected"] for s in ("1", "2")]
@@ -220,7 +229,7 @@ def test_diff_lists_the_changed_instances_with_prompts(tiny_task, tmp_path):
     labels = [i.label for i in instances]
     baseline = records([1, 0, 0, 1, 0, 0, 1, 1], ids=ids, labels=labels)
     candidate = records([1, 1, 0, 0, 1, 0, 1, 1], ids=ids, seed=4, labels=labels)
-    diff = diff_records(baseline, candidate, "acc", instances)
+    diff = diff_records(CHOICES, baseline, candidate, "acc", {i.id: CHOICES.instance_text(i) for i in instances})
     assert (diff["wins"], diff["losses"], diff["ties"]) == (2, 1, 5)
     assert [d["id"] for d in diff["changed"]] == [ids[1], ids[3], ids[4]]
     first = diff["changed"][0]
@@ -306,7 +315,7 @@ def test_two_settings_with_several_seeds_are_compared_seed_by_seed_beside_their_
     table = step.run(**step.kwargs)
     rows = {(row["lr"], row["seed"]): row for row in table.rows}
     for seed in ("1", "2"):  # seed s of one setting against seed s of the other: the same data order
-        expected = compare_predictions(runs[f"piqa/0.001/{seed}"], runs[f"piqa/0.01/{seed}"])["metrics"]["acc"]
+        expected = compare_predictions(CHOICES, runs[f"piqa/0.001/{seed}"], runs[f"piqa/0.01/{seed}"])["metrics"]["acc"]
         assert rows[("0.01", seed)]["delta_acc"] == pytest.approx(expected["delta"])
     deltas = [rows[("0.01", s)]["delta_acc"] for s in ("1", "2")]  # +0.25 and -0.25
     mean = rows[("0.01", "mean")]

@@ -75,3 +75,70 @@ def test_diffs_list_the_changed_instances_of_every_kind_with_a_0_1_metric(predic
     summary = (tmp_path / "diff.md").read_text()
     assert out == str(tmp_path) and f"({metric}, {len(baseline)} instances)" in summary
     assert all(entry["change"] in ("win", "loss") for entry in changed)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_records_say_their_kind_and_records_cached_before_are_recognised(predicted, kind):
+    from catwalk_steps.kinds import kind_of_records, kind_of_task
+
+    task, split, metric, (baseline, _) = predicted[kind]
+    assert {r["kind"] for r in baseline} == {task.REQUEST_TYPE}
+    before = [{k: v for k, v in r.items() if k != "kind"} for r in baseline]  # as cached before records said it
+    assert kind_of_records(before) is kind_of_records(baseline) is kind_of_task(task)
+    assert CalculateMetricsStep(predictions=before).run(predictions=before) == \
+        CalculateMetricsStep(predictions=baseline).run(predictions=baseline)
+
+
+def test_predictions_of_two_kinds_are_refused(predicted):
+    choices, documents = predicted["multiple choice"][3][0], predicted["documents"][3][0]
+    with pytest.raises(ValueError, match="one kind expected, got loglikelihood_rolling and multiple_choice"):
+        CompareStep(baseline=choices, candidate=documents).run(baseline=choices, candidate=documents)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_seed_replicates_spread_and_compare_every_kind(predicted, kind):
+    """Two seeds of a setting (here two models' records standing in for them) against a baseline:
+    the mean row spreads every metric, and the seeds' deltas spread too."""
+    task, split, metric, (baseline, candidate) = predicted[kind]
+    runs = {"zero/1": baseline, "tuned/1": baseline, "tuned/2": candidate}
+    metrics = {name: CalculateMetricsStep(predictions=r).run(predictions=r) for name, r in runs.items()}
+    step = TabulateMetricsStep(metrics=metrics, predictions=runs, key_columns=["run", "seed"], replicates="seed",
+                               baseline="zero")
+    table = step.run(**step.kwargs)
+    (mean,) = [row for row in table.rows if row["seed"] == "mean"]
+    shown = {"loglik": "word_perplexity"}.get(metric, metric)  # documents' table metric; loglik is per instance
+    values = [metrics[f"tuned/{s}"][shown] for s in (1, 2)]
+    assert mean[shown] == pytest.approx(sum(values) / 2) and mean["seeds"] == 2
+    assert mean[f"{shown}_seed_sd"] == pytest.approx(abs(values[0] - values[1]) / 2 ** 0.5)
+    assert f"seed_sd_of_delta_{metric}" in mean
+
+
+@pytest.mark.parametrize("kind", ["multiple choice", "generation", "lm_eval generation", "targets"])
+def test_a_diff_without_a_metric_takes_the_kinds_own(predicted, kind, tmp_path):
+    task, split, metric, (baseline, candidate) = predicted[kind]
+    ExportDiffStep(output_dir=str(tmp_path), baseline=baseline, candidate=candidate).run(
+        output_dir=str(tmp_path), baseline=baseline, candidate=candidate, task=task, split=split, limit=16)
+    assert f"({metric}, {len(baseline)} instances)" in (tmp_path / "diff.md").read_text()
+    changed = [json.loads(line) for line in (tmp_path / "diff.jsonl").read_text().splitlines()]
+    assert all(entry["prompt"] and "kind" not in entry["baseline"] for entry in changed)
+
+
+def test_documents_have_nothing_to_diff_and_the_command_line_diffs_every_other_kind(predicted, tmp_path):
+    from catwalk_steps.command_line import diffable
+
+    baseline, candidate = predicted["documents"][3]
+    with pytest.raises(ValueError, match="loglikelihood_rolling predictions have no per-instance 0/1 metric"):
+        ExportDiffStep(output_dir=str(tmp_path), baseline=baseline, candidate=candidate).run(
+            output_dir=str(tmp_path), baseline=baseline, candidate=candidate)
+    tasks = {kind: found[0] for kind, found in predicted.items()}
+    assert diffable(tasks) == ["multiple choice", "generation", "lm_eval generation", "targets"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_exported_predictions_are_each_kinds_records(predicted, kind):
+    from catwalk_steps.steps.export import readable_predictions
+
+    records = predicted[kind][3][0]
+    readable = list(readable_predictions(records))
+    assert [r["id"] for r in readable] == [r["id"] for r in records]
+    assert all(("correct" in r) == (kind == "multiple choice") for r in readable)

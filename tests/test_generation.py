@@ -66,7 +66,9 @@ def test_records_hold_the_generation_its_references_scores_and_truncation(batch_
     _, records = batch_of_32
     assert len(records) == len(ROWS)
     first = records[0]
-    assert set(first) == {"id", "num_prompt_tokens", "truncated", "generation", "references", "scores", "margin", "num_shots"}
+    assert set(first) == {"id", "num_prompt_tokens", "truncated", "generation", "references", "scores", "margin", "kind",
+                          "num_shots"}
+    assert first["kind"] == "generate_until"
     assert first["references"] == [ROWS[0]["answers"][0]] and set(first["scores"]) == {"exact_match", "f1"}
     assert [r["truncated"] for r in records] == [False] * 31 + [True]
     assert records[-1]["num_prompt_tokens"] > 64 - 10

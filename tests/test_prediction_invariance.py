@@ -18,7 +18,7 @@ from tango.workspaces import LocalWorkspace
 from catwalk_steps import PredictStep
 from catwalk_steps.distributed import launch as distributed_launch
 from catwalk_steps.distributed.launch import WorkerFailedError
-from catwalk_steps.prediction.choice_records import top_two_margin
+from catwalk_steps.kinds.multiple_choice import top_two_margin
 
 from .conftest import TINY_MODEL
 

@@ -1,3 +1,3 @@
-"""What ``catwalk::predict`` computes: a split's requests and records (:mod:`.plan`; by task kind,
-:mod:`.choice_records`, :mod:`.generation_records`, :mod:`.perplexity_records`), computed on
-several workers, each journaling what it computed (:mod:`.workers`)."""
+"""What ``catwalk::predict`` computes: a split's requests and records (:mod:`.plan`, as the task's
+request kind makes them, :mod:`..kinds`), computed on several workers, each journaling what it
+computed (:mod:`.workers`)."""

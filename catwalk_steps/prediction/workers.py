@@ -13,51 +13,27 @@ device count that wrote it.
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
 from tango.common import Tqdm
 
 from ..distributed.launch import launch
+from ..kinds import kind_named
 from ..models.batch_budget import resolved_batch_tokens
 from ..models.finetuned import FinetunedModel
-from ..models.generation import generate_greedy
 from ..models.loading import ModelSpec, context_window
-from ..models.scoring import score_queries
 from ..models.weights import load_pretrained
 from ..storage.journal import Journal
 
 logger = logging.getLogger(__name__)
 
 
-def score(lm, job: "PredictionJob", requests: Sequence[Any], **batching: Any) -> None:
-    """Log-likelihood of each (context, continuation) query (:func:`..models.scoring.score_queries`)."""
-    score_queries(lm, requests, max_batch_tokens=job.max_batch_tokens, **batching)
-
-
-def score_greedy(lm, job: "PredictionJob", requests: Sequence[Any], **batching: Any) -> None:
-    """``[loglik, is_greedy]`` of each (context, target) query (``score_queries(greedy=True)``)."""
-    score_queries(lm, requests, max_batch_tokens=job.max_batch_tokens, greedy=True, **batching)
-
-
-def generate(lm, job: "PredictionJob", requests: Sequence[Any], **batching: Any) -> None:
-    """Greedy generation from each prompt (:func:`..models.generation.generate_greedy`)."""
-    generate_greedy(lm, job.spec.conventions(), requests, **batching)
-
-
-#: The computations a job can run, by journal name: ``fn(lm, job, requests, **batching)``
-#: where ``batching`` holds ``pad_token_id``, ``max_length``, ``max_batch_size``, ``progress``,
-#: ``known`` (results already journaled, by position in ``requests``) and ``on_batch``.
-COMPUTATIONS: Dict[str, Callable[..., None]] = {
-    "scores": score, "greedy_scores": score_greedy, "generations": generate
-}
-DESCRIPTIONS = {"scores": "Log-likelihood queries", "greedy_scores": "Targets", "generations": "Generations"}
-
-
 @dataclass
 class PredictionJob:
     """Everything a worker needs to compute its shard; sent once to each worker. ``kind`` names
-    the computation (:data:`COMPUTATIONS`) and its journals (``<kind>-<rank>.jsonl``)."""
+    the request kind (:mod:`..kinds`), which computes the requests and names their journals
+    (``<journal>-<rank>.jsonl``)."""
 
     spec: ModelSpec
     finetuned: Optional[FinetunedModel]
@@ -70,10 +46,10 @@ class PredictionJob:
     max_batch_tokens: Union[int, str]  # or "auto" (:mod:`..models.batch_budget`), resolved in each worker
     work_dir: Path
     work: str
-    kind: str = "scores"
+    kind: str = "multiple_choice"
 
     def journal(self, rank: int) -> Journal:
-        return Journal(self.work_dir / f"{self.kind}-{rank}.jsonl", self.work)
+        return Journal(self.work_dir / f"{kind_named(self.kind).journal}-{rank}.jsonl", self.work)
 
 
 def strided_shards(instance_of: Sequence[int], workers: int) -> List[List[int]]:
@@ -83,7 +59,7 @@ def strided_shards(instance_of: Sequence[int], workers: int) -> List[List[int]]:
 
 def recorded_results(job: PredictionJob) -> Dict[int, Any]:
     """Every result in the work dir's journals for this work, from runs on any device count."""
-    ranks = {int(path.stem.split("-")[1]) for path in job.work_dir.glob(f"{job.kind}-*.jsonl")}
+    ranks = {int(path.stem.split("-")[1]) for path in job.work_dir.glob(f"{kind_named(job.kind).journal}-*.jsonl")}
     results: Dict[int, Any] = {}
     for rank in sorted(ranks | set(range(len(job.devices)))):
         results.update(job.journal(rank).load())
@@ -116,12 +92,14 @@ def compute_shard(rank: int, world_size: int, device: torch.device, job: Predict
     lm = job.finetuned.load_model(job.dtype) if job.finetuned else load_pretrained(job.spec, job.dtype)
     lm = lm.to(device).eval()
     job = _with_batch_tokens(job, lm, device, world_size)
-    desc = DESCRIPTIONS.get(job.kind, job.kind) + (f" (worker 1 of {world_size})" if world_size > 1 else "")
+    kind = kind_named(job.kind)
+    desc = kind.description + (f" (worker 1 of {world_size})" if world_size > 1 else "")
     with Tqdm.tqdm(total=len(shard), initial=len(known), desc=desc, disable=rank != 0) as progress:
-        COMPUTATIONS[job.kind](
+        kind.compute(
             lm,
-            job,
+            job.spec,
             [job.requests[q] for q in shard],
+            max_batch_tokens=job.max_batch_tokens,
             pad_token_id=job.pad_token_id,
             max_length=context_window(lm.config),
             max_batch_size=job.max_batch_size,

@@ -10,74 +10,48 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .accuracy import choice_scores
-from .pairing import check_same_instances, per_instance_values
+from .pairing import PerInstance, check_same_instances
 
 LARGEST_SWINGS = 20
 
 
-def gold_margins(records: List[Mapping[str, Any]], metric: str) -> np.ndarray:
-    """Per instance, the gold choice's score under ``metric``'s ranking minus the best other's."""
-    scores = choice_scores(records, metric).numpy()
-    rows = np.arange(len(records))
-    labels = np.array([r["label"] for r in records])
-    gold = scores[rows, labels]
-    scores[rows, labels] = -np.inf
-    return gold - scores.max(axis=1)
+class DiffKind(PerInstance):
+    """What a diff needs of a request kind (``catwalk_steps.kinds``) beside its per-instance values."""
 
+    def gold_margins(self, records: Sequence[Mapping[str, Any]], metric: str) -> Optional[np.ndarray]: ...
 
-def instance_text(instance: Any) -> Dict[str, Any]:
-    """The prompt and gold answer of a task instance: a multiple-choice one (its choices too) or
-    a generation one (``prompt``, ``references``)."""
-    if hasattr(instance, "continuations"):
-        prompts = instance.prompts()
-        text: Dict[str, Any] = {"prompt": instance.description + prompts[instance.label]}
-        text["choices"] = [c[len(instance.target_delimiter):] for c in instance.continuations]
-        text["gold"] = text["choices"][instance.label]
-        return text
-    return {"prompt": getattr(instance, "prompt", None), "gold": (getattr(instance, "references", None) or [None])[0]}
+    def diff_side(self, record: Mapping[str, Any], metric: str, text: Mapping[str, Any]) -> Dict[str, Any]: ...
 
 
 def diff_records(
+    kind: DiffKind,
     baseline: List[Mapping[str, Any]],
     candidate: List[Mapping[str, Any]],
-    metric: str = "acc",
-    instances: Optional[Sequence[Any]] = None,
+    metric: str,
+    texts: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> Dict[str, Any]:
     """``{"metric", "wins", "losses", "ties", "changed": [...], "swings": [...]}``: ``changed``
-    holds each instance whose ``metric`` correctness differs (its id, prompt and gold answer
-    when ``instances`` are given, and each side's pick and margins, or its record's own fields
-    for records without choices); ``swings`` the :data:`LARGEST_SWINGS` largest changes of the
-    gold margin (multiple-choice records only), largest first."""
+    holds each instance whose ``metric`` correctness differs (its id, and its prompt and gold
+    answer where ``texts`` has them by id, and what ``kind`` shows of each side); ``swings`` the
+    :data:`LARGEST_SWINGS` largest changes of the gold margin (where ``kind`` ranks answers),
+    largest first."""
     check_same_instances(baseline, candidate)
-    b_values, c_values = per_instance_values(baseline), per_instance_values(candidate)
+    b_values, c_values = kind.values(baseline), kind.values(candidate)
     if metric not in b_values or metric not in c_values:
         raise ValueError(f"Cannot diff on {metric!r}: the predictions carry {sorted(set(b_values) & set(c_values))}")
     b_right, c_right = b_values[metric].astype(bool), c_values[metric].astype(bool)
-    text = {i.id: instance_text(i) for i in instances or []}
-    multiple_choice = all("logliks" in r for r in baseline + candidate)
+    texts = texts or {}
+    b_margins, c_margins = kind.gold_margins(baseline, metric), kind.gold_margins(candidate, metric)
 
     def side(records: List[Mapping[str, Any]], n: int, right: np.ndarray, margins: Optional[np.ndarray]) -> Dict[str, Any]:
-        record = records[n]
-        if margins is None:
-            return {"correct": bool(right[n]), **{k: v for k, v in record.items() if k not in ("id", "label")}}
-        pick = int(choice_scores([record], metric).argmax())
-        choices = text.get(record["id"], {}).get("choices")
-        return {
-            "correct": bool(right[n]),
-            "pick": pick,
-            **({"pick_text": choices[pick]} if choices else {}),
-            "margin": record["margin"],
-            "gold_margin": float(margins[n]),
-        }
+        shown = kind.diff_side(records[n], metric, texts.get(records[n]["id"], {}))
+        return {"correct": bool(right[n]), **shown, **({"gold_margin": float(margins[n])} if margins is not None else {})}
 
-    b_margins = gold_margins(baseline, metric) if multiple_choice else None
-    c_margins = gold_margins(candidate, metric) if multiple_choice else None
     changed = [
         {
             "id": baseline[n]["id"],
             **({"label": baseline[n]["label"]} if "label" in baseline[n] else {}),
-            **text.get(baseline[n]["id"], {}),
+            **texts.get(baseline[n]["id"], {}),
             "change": "win" if c_right[n] else "loss",
             "baseline": side(baseline, n, b_right, b_margins),
             "candidate": side(candidate, n, c_right, c_margins),
@@ -85,7 +59,7 @@ def diff_records(
         for n in np.flatnonzero(b_right != c_right)
     ]
     swings: List[Dict[str, Any]] = []
-    if multiple_choice:
+    if b_margins is not None and c_margins is not None:
         swing = c_margins - b_margins
         for n in np.argsort(-np.abs(swing), kind="stable")[:LARGEST_SWINGS]:
             swings.append({

@@ -10,10 +10,6 @@ from typing import Any, Dict, List
 from .averages import STDERR_SUFFIX
 
 
-def is_generation(record: Dict[str, Any]) -> bool:
-    return "generation" in record and "scores" in record
-
-
 def score_averages(predictions: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Each score's mean over ``predictions`` and its standard error (``None`` for one
     instance), the count, and how many prompts were cut to fit the model (``truncated``)."""

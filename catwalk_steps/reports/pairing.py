@@ -1,44 +1,22 @@
 """Two sets of prediction records as paired per-instance values, refused when they are not the
 same instances: a paired test of different questions would be a wrong answer, not an error."""
 
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from .accuracy import correctness, rankings
-from .calibration import brier_scores
-from .comparison import CONFIDENCE, METRIC_KINDS, RESAMPLES, compare_values
-from .generation import is_generation
+from .comparison import CONFIDENCE, RESAMPLES, compare_values
 
 
 class MismatchedPredictions(ValueError):
     """The two sets of predictions are not of the same instances."""
 
 
-def per_instance_values(records: List[Mapping[str, Any]]) -> Dict[str, np.ndarray]:
-    """Every per-instance metric of ``records``, by their kind: from multiple-choice records
-    (``logliks``), each accuracy's 0/1 outcome, the Brier score and the gold choice's
-    log-likelihood (``gold_loglik``); from generation records, every score the task gives
-    (``exact_match``, ``f1``, ``exact_match/strict-match``, ...); from targets scored with a greedy
-    flag (LAMBADA), ``acc`` (the flag) and ``loglik``; from documents, their ``loglik``; and any
-    numeric field that :data:`.comparison.METRIC_KINDS` names and every record carries."""
-    values: Dict[str, np.ndarray] = {}
-    if records and all("logliks" in r for r in records):
-        values.update({name: correctness(records, name).numpy() for name in rankings(records)})
-        values["brier"] = brier_scores(records).numpy()
-        values["gold_loglik"] = np.array([r["logliks"][r["label"]] for r in records], dtype=np.float64)
-    if records and all(is_generation(r) for r in records):
-        shared = set.intersection(*(set(r["scores"]) for r in records))
-        for name in sorted(shared):
-            if all(isinstance(r["scores"][name], (int, float)) for r in records):
-                values[name] = np.array([r["scores"][name] for r in records], dtype=np.float64)
-    if records and all("is_greedy" in r for r in records):
-        values["acc"] = np.array([float(r["is_greedy"]) for r in records], dtype=np.float64)
-    for name in METRIC_KINDS:
-        # bool is an int: a generation record's exact_match may be True/False.
-        if name not in values and records and all(isinstance(r.get(name), (int, float)) for r in records):
-            values[name] = np.array([r[name] for r in records], dtype=np.float64)
-    return values
+class PerInstance(Protocol):
+    """What comparisons need of a request kind (``catwalk_steps.kinds``): its records'
+    per-instance metrics, by name."""
+
+    def values(self, records: Sequence[Mapping[str, Any]]) -> Dict[str, np.ndarray]: ...
 
 
 def check_same_instances(baseline: List[Mapping[str, Any]], candidate: List[Mapping[str, Any]]) -> None:
@@ -65,18 +43,19 @@ def check_same_instances(baseline: List[Mapping[str, Any]], candidate: List[Mapp
 
 
 def compare_predictions(
+    kind: PerInstance,
     baseline: List[Mapping[str, Any]],
     candidate: List[Mapping[str, Any]],
     confidence: float = CONFIDENCE,
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> Dict[str, Any]:
-    """Every per-instance metric that both carry, compared (:func:`.comparison.compare_values`):
-    ``{"n": instances, "metrics": {metric: comparison}}``."""
+    """Every per-instance metric of ``kind`` that both carry, compared
+    (:func:`.comparison.compare_values`): ``{"n": instances, "metrics": {metric: comparison}}``."""
     if not baseline:
         raise MismatchedPredictions("No predictions to compare")
     check_same_instances(baseline, candidate)
-    b_values, c_values = per_instance_values(baseline), per_instance_values(candidate)
+    b_values, c_values = kind.values(baseline), kind.values(candidate)
     shared = [name for name in b_values if name in c_values]
     if not shared:
         raise MismatchedPredictions(

@@ -8,13 +8,13 @@ seed when the baseline has several seeds (else with its one row), and a setting'
 the mean of its seeds' differences and their standard deviation: a difference within the seed
 spread is flagged as such."""
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Set
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set
 
 import numpy as np
 from tango.common.exceptions import ConfigurationError
 
 from .comparison import METRIC_KINDS, RESAMPLES, TESTS, holm, metric_kind
-from .pairing import compare_predictions
+from .pairing import PerInstance, compare_predictions
 from .replicates import MEAN_OVER_SEEDS
 from .tables import MetricsTable, delta_column, p_column
 
@@ -46,12 +46,14 @@ def add_comparisons(
     key_columns: List[str],
     predictions: Mapping[str, List[Dict[str, Any]]],
     baseline: str,
+    kind_of: Callable[[List[Dict[str, Any]]], PerInstance],
     replicates: Optional[str] = None,
     seed: int = 0,
 ) -> MetricsTable:
     """``table`` with ``delta_<m>``, ``delta_<m>_ci_low``/``_ci_high``, ``p_<m>`` (Holm),
     ``p_<m>_uncorrected`` and, for 0/1 metrics, ``wins_<m>``/``losses_<m>`` on every compared
-    row, and a caption saying how. ``predictions`` holds each row's records by row name."""
+    row, and a caption saying how. ``predictions`` holds each row's records by row name;
+    ``kind_of`` gives records' kind, which says their per-instance metrics."""
     check_baseline(predictions, key_columns, baseline, replicates)
     rows = [dict(row) for row in table.rows]
 
@@ -67,7 +69,8 @@ def add_comparisons(
         if name(row) not in predictions or is_baseline(row):
             continue
         base = _baseline_row(row, [r for r in rows if is_baseline(r) and name(r) in predictions], replicates)
-        result = compare_predictions(predictions[name(base)], predictions[name(row)], seed=seed)
+        result = compare_predictions(kind_of(predictions[name(row)]), predictions[name(base)], predictions[name(row)],
+                                     seed=seed)
         compared_metrics.update(result["metrics"])
         for metric, c in result["metrics"].items():
             row[delta_column(metric)] = c["delta"]

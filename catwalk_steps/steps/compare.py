@@ -6,6 +6,7 @@ from tango import Step
 from tango.common.det_hash import det_hash
 from tango.common.exceptions import ConfigurationError
 
+from ..kinds import kind_of_records
 from ..reports.comparison import CONFIDENCE, RESAMPLES
 from ..reports.pairing import compare_predictions
 from ..storage.atomic import AtomicJsonFormat
@@ -82,7 +83,8 @@ class CompareStep(Step):
         :param resamples: bootstrap resamples (and permutations of the continuous tests).
         :param seed: of the resampling.
         """
-        result = compare_predictions(baseline, candidate, confidence, resamples, seed)
+        kind = kind_of_records([*baseline, *candidate])
+        result = compare_predictions(kind, baseline, candidate, confidence, resamples, seed)
         for name, c in result["metrics"].items():
             self.logger.info(
                 "%s: %.4f -> %.4f, delta %+.4f [%+.4f, %+.4f], p = %.3g (%s)",

@@ -9,10 +9,9 @@ from typing import Any, Dict, Iterator, List, Optional
 from tango import Step
 from tango.common.exceptions import ConfigurationError
 
-from ..reports.accuracy import choice_scores, rankings
+from ..kinds import kind_of_records
 from ..reports.charts import accuracy_chart
 from ..reports.curves import has_history, training_chart
-from ..reports.generation import is_generation
 from ..reports.tables import MetricsTable
 from ..storage.atomic import publish_text
 from ..tango_fixes.class_paths import keep_class_path
@@ -34,20 +33,12 @@ def check_output_dir(output_dir: str) -> None:
 
 
 def readable_predictions(predictions: List[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
-    """Each record of ``catwalk::predict`` plus, under every metric, the choice it picks and
-    whether that is the gold label. Generation records already say what was generated and how
-    it scored, and perplexity records have no choices: they are written as they are."""
-    if predictions and is_generation(predictions[0]):
-        yield from predictions
-        return
-    if predictions and "loglik" in predictions[0]:  # a document's or a target's: nothing to choose
-        yield from predictions
-        return
-    names = rankings(predictions)
-    chosen = {name: choice_scores(predictions, name).argmax(-1).tolist() for name in names}
-    for n, record in enumerate(predictions):
-        picks = {name: chosen[name][n] for name in names}
-        yield {**record, "chosen": picks, "correct": {name: pick == record["label"] for name, pick in picks.items()}}
+    """Each record of ``catwalk::predict`` as its kind shows it: a multiple-choice record plus,
+    under every ranking, the choice it picks and whether that is the gold label; generation and
+    perplexity records as they are (they say what was generated and how it scored, or have no
+    choices)."""
+    if predictions:
+        yield from kind_of_records(predictions).readable(predictions)
 
 
 @Step.register("catwalk::export_predictions")

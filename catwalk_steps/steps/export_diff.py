@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Optional
 
 from tango import Step
 
+from ..kinds import kind_of_records
 from ..reports.diffs import diff_markdown, diff_records
 from ..storage.atomic import publish_text
 from ..tasks.base import check_limit, check_split
@@ -48,7 +49,7 @@ class ExportDiffStep(Step):
         output_dir: str,
         baseline: List[Dict[str, Any]],
         candidate: List[Dict[str, Any]],
-        metric: str = "acc",
+        metric: Optional[str] = None,
         baseline_name: str = "baseline",
         candidate_name: str = "candidate",
         task: Optional[Any] = None,
@@ -59,14 +60,17 @@ class ExportDiffStep(Step):
         :param output_dir: where ``diff.jsonl`` and ``diff.md`` go; created if missing.
         :param baseline: a ``catwalk::predict`` result.
         :param candidate: another, of the same instances.
-        :param metric: the 0/1 per-instance metric whose changes to list (``acc``, ``exact_match``, ...).
+        :param metric: the 0/1 per-instance metric whose changes to list (``acc``, ``exact_match``,
+            ...); by default the kind's: ``acc`` for choices and targets, ``exact_match`` (or
+            the first 0/1 score, ``exact_match/strict-match``) for generations.
         :param baseline_name: how ``diff.md`` names the baseline.
         :param candidate_name: how ``diff.md`` names the candidate.
         :param task: the task the predictions are of, for the prompts and gold answers.
         :returns: the directory written, as an absolute path.
         """
-        instances = task.instances(split, limit) if task is not None else None
-        diff = diff_records(baseline, candidate, metric, instances)
+        kind = kind_of_records([*baseline, *candidate])
+        texts = {i.id: kind.instance_text(i) for i in task.instances(split, limit)} if task is not None else None
+        diff = diff_records(kind, baseline, candidate, metric or kind.diff_metric(baseline), texts)
         out = Path(output_dir).resolve()
         out.mkdir(parents=True, exist_ok=True)
         lines = "".join(json.dumps(entry) + "\n" for entry in diff["changed"])

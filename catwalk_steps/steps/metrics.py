@@ -10,11 +10,8 @@ from tango.common.exceptions import ConfigurationError
 from tango.common.logging import cli_logger
 from tango.format import Format
 
-from ..reports.accuracy import accuracies
+from ..kinds import kind_of_records
 from ..reports.averages import macro_average
-from ..reports.calibration import calibration
-from ..reports.generation import is_generation, score_averages
-from ..reports.perplexity import document_perplexities, target_metrics
 from ..reports.replicates import add_replicate_rows, check_replicates
 from ..reports.table_comparisons import add_comparisons, check_baseline
 from ..reports.tables import MetricsTable, check_average_over
@@ -73,16 +70,11 @@ class CalculateMetricsStep(Step):
 
 
 def metrics_of(predictions: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """Every metric of ``predictions``: the accuracies with their standard errors, the
-    calibration, the count; for generations, the mean scores with their standard errors; for
-    documents and targets, their perplexities (and the targets' greedy accuracy)."""
-    if is_generation(predictions[0]):
-        return score_averages(predictions)
-    if "num_bytes" in predictions[0]:
-        return document_perplexities(predictions)
-    if "is_greedy" in predictions[0]:
-        return target_metrics(predictions)
-    return {**accuracies(predictions), **calibration(predictions)}
+    """Every metric of ``predictions``, as their kind computes them (:mod:`..kinds`): the
+    accuracies with their standard errors, the calibration, the count; for generations, the mean
+    scores with their standard errors; for documents and targets, their perplexities (and the
+    targets' greedy accuracy)."""
+    return kind_of_records(predictions).metrics(predictions)
 
 
 @Format.register("catwalk::metrics_table")
@@ -159,7 +151,7 @@ class TabulateMetricsStep(Step):
         if replicates is not None:
             table = add_replicate_rows(table, key_columns, replicates)
         if baseline is not None:
-            table = add_comparisons(table, key_columns, predictions or {}, baseline, replicates)
+            table = add_comparisons(table, key_columns, predictions or {}, baseline, kind_of_records, replicates)
         return table
 
 

@@ -44,10 +44,11 @@ class PredictStep(Step):
     task's record holds its id, the prompt's token count and whether it was cut from the left
     (``truncated``), the ``generation``, the ``references``, the task's per-instance ``scores``
     (``exact_match``, ``f1``, ...) and the ``margin`` of its closest greedy decision
-    (:mod:`..prediction.generation_records`). A perplexity task's record holds a document's id,
+    (:mod:`..kinds.generation`). A perplexity task's record holds a document's id,
     summed log-likelihood over its rolling windows (``loglik``), and its ``num_tokens``,
     ``num_words`` and ``num_bytes``; LAMBADA's, the target's ``loglik``, ``is_greedy`` and
-    ``num_tokens`` (:mod:`..prediction.perplexity_records`).
+    ``num_tokens`` (:mod:`..kinds.documents`, :mod:`..kinds.targets`). Every record
+    also says its request ``kind`` (:mod:`..kinds`) and its ``num_shots``.
 
     ``device_count`` workers score strided shards of the split (:mod:`..prediction.workers`). The
     device count, the device and the batching knobs change how fast, not what, so they are not in

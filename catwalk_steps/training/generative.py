@@ -25,7 +25,7 @@ from tango import Step
 from tango.common import Tqdm
 from tango.common.exceptions import ConfigurationError
 
-from ..tasks import GenerativeTask, MultipleChoiceTask
+from ..kinds import Generation, MultipleChoice
 from .batches import BatchPlan
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ..models.conventions import TokenConventions
     from ..tasks import GenerationInstance
 
-MULTIPLE_CHOICE, GENERATIVE = MultipleChoiceTask.REQUEST_TYPE, GenerativeTask.REQUEST_TYPE
+MULTIPLE_CHOICE, GENERATIVE = MultipleChoice.name, Generation.name
 #: The validation numbers that may choose the best weights, per kind of task; the first is the default.
 VAL_METRICS = {MULTIPLE_CHOICE: ("accuracy", "loss"), GENERATIVE: ("loss", "exact_match")}
 #: Their names in validation records (and ``training_metrics``).

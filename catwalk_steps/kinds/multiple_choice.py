@@ -1,0 +1,135 @@
+"""Multiple choice (``multiple_choice``): a scoring query per choice of every instance (and per
+choice after the task's unconditioned context, when asked), one record per instance with every
+choice's log-likelihood, and from those the accuracies under each ranking, calibration and, per
+instance, each ranking's 0/1 correctness, the Brier score and the gold choice's log-likelihood."""
+
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..models.conventions import TokenConventions
+from ..models.scoring import Query, score_queries
+from ..reports.accuracy import accuracies, choice_scores, correctness, rankings
+from ..reports.calibration import brier_scores, calibration
+from ..tasks import MCInstance
+from .base import Record, RequestKind, RequestSetting, register
+
+
+def top_two_margin(logliks: Sequence[float]) -> float:
+    """How far the chosen answer's log-likelihood is ahead of the runner-up's: a decision with a
+    margin within the batching tolerance (README) may flip with the batch size or device count."""
+    first, second = sorted(logliks, reverse=True)[:2]
+    return first - second
+
+
+def choice_queries(
+    conventions: TokenConventions, instances: Sequence[MCInstance], unconditioned_context: Optional[str]
+) -> Tuple[List[Query], List[int]]:
+    """Every instance's (context, choice) queries, in instance order, then, given an
+    ``unconditioned_context``, every choice after that context alone, in the same order; and the
+    instance of each query."""
+    queries = [conventions.pair(context, c) for i in instances for context, c in i.pairs()]
+    instance_of = [n for n, i in enumerate(instances) for _ in i.continuations]
+    if unconditioned_context is not None:
+        queries += [conventions.pair(unconditioned_context, c) for i in instances for c in i.continuations]
+        instance_of += instance_of
+    return queries, instance_of
+
+
+def choice_records(
+    instances: Sequence[MCInstance], queries: Sequence[Query], logliks: Sequence[float]
+) -> List[Dict[str, Any]]:
+    """One JSON-safe record per instance (see ``catwalk::predict``) from the log-likelihoods of
+    :func:`choice_queries`' queries."""
+    conditioned = sum(len(i.continuations) for i in instances)  # the queries after that are unconditioned
+    predictions, start = [], 0
+    for instance in instances:
+        end = start + len(instance.continuations)
+        record = {
+            "id": instance.id,
+            "label": instance.label,
+            "logliks": logliks[start:end],
+            "num_tokens": [len(q.continuation) for q in queries[start:end]],
+            "num_chars": instance.answer_lengths(),
+            "margin": top_two_margin(logliks[start:end]),
+        }
+        if instance.group is not None:
+            record["group"] = instance.group
+        if conditioned < len(queries):
+            record["unconditioned_logliks"] = logliks[conditioned + start:conditioned + end]
+        predictions.append(record)
+        start = end
+    return predictions
+
+
+def gold_margins(records: Sequence[Mapping[str, Any]], metric: str) -> np.ndarray:
+    """Per instance, the gold choice's score under ``metric``'s ranking minus the best other's."""
+    scores = choice_scores(list(records), metric).numpy()
+    rows = np.arange(len(records))
+    labels = np.array([r["label"] for r in records])
+    gold = scores[rows, labels]
+    scores[rows, labels] = -np.inf
+    return gold - scores.max(axis=1)
+
+
+class MultipleChoice(RequestKind):
+    name = "multiple_choice"
+    journal = "scores"
+    description = "Log-likelihood queries"
+    record_field = "logliks"
+
+    def requests(self, instances: Sequence[MCInstance], setting: RequestSetting) -> Tuple[List[Query], List[int]]:
+        unconditioned = setting.task.unconditioned_context if setting.unconditioned else None
+        return choice_queries(setting.conventions, instances, unconditioned)
+
+    def work(self, requests: Sequence[Query]) -> Any:
+        return query_work(requests)
+
+    def compute(self, lm, spec, requests: Sequence[Query], max_batch_tokens: int, **batching: Any) -> None:
+        score_queries(lm, requests, max_batch_tokens=max_batch_tokens, **batching)
+
+    def records(self, instances, requests, instance_of, results, setting) -> List[Record]:
+        return choice_records(instances, requests, results)
+
+    def metrics(self, records: List[Record]) -> Dict[str, Any]:
+        return {**accuracies(records), **calibration(records)}
+
+    def values(self, records: Sequence[Mapping[str, Any]]) -> Dict[str, np.ndarray]:
+        records = list(records)
+        values = {name: correctness(records, name).numpy() for name in rankings(records)}
+        values["brier"] = brier_scores(records).numpy()
+        values["gold_loglik"] = np.array([r["logliks"][r["label"]] for r in records], dtype=np.float64)
+        return values
+
+    def diff_metric(self, records: Sequence[Mapping[str, Any]]) -> str:
+        return "acc"
+
+    def gold_margins(self, records: Sequence[Mapping[str, Any]], metric: str) -> np.ndarray:
+        return gold_margins(records, metric)
+
+    def diff_side(self, record: Mapping[str, Any], metric: str, text: Mapping[str, Any]) -> Record:
+        pick = int(choice_scores([dict(record)], metric).argmax())
+        choices = text.get("choices")
+        return {"pick": pick, **({"pick_text": choices[pick]} if choices else {}), "margin": record["margin"]}
+
+    def instance_text(self, instance: MCInstance) -> Record:
+        prompts = instance.prompts()
+        choices = [c[len(instance.target_delimiter):] for c in instance.continuations]
+        return {"prompt": instance.description + prompts[instance.label], "choices": choices,
+                "gold": choices[instance.label]}
+
+    def readable(self, records: List[Record]) -> Iterator[Record]:
+        """Each record plus, under every ranking, the choice it picks and whether that is the gold label."""
+        names = rankings(records)
+        chosen = {name: choice_scores(records, name).argmax(-1).tolist() for name in names}
+        for n, record in enumerate(records):
+            picks = {name: chosen[name][n] for name in names}
+            yield {**record, "chosen": picks, "correct": {name: pick == record["label"] for name, pick in picks.items()}}
+
+
+def query_work(queries: Sequence[Query]) -> Any:
+    """Scoring ``queries`` as JSON (what their journals are of)."""
+    return [list(q.context + q.continuation) for q in queries]
+
+
+register(MultipleChoice())

@@ -142,3 +142,36 @@ def test_exported_predictions_are_each_kinds_records(predicted, kind):
     readable = list(readable_predictions(records))
     assert [r["id"] for r in readable] == [r["id"] for r in records]
     assert all(("correct" in r) == (kind == "multiple choice") for r in readable)
+
+
+def test_a_new_kind_is_one_class_that_every_judging_step_asks():
+    """A kind registered from outside (here: a count per instance) is recognised by its field in
+    records cached without ``kind``, and gets metrics, comparisons and exports without another
+    change; a record of no kind is refused naming its fields."""
+    import numpy as np
+
+    from catwalk_steps.kinds import KINDS, RequestKind, kind_of_record
+    from catwalk_steps.kinds.base import register
+    from catwalk_steps.steps.export import readable_predictions
+
+    class Counts(RequestKind):
+        name, journal, description, record_field, diffable = "count", "counts", "Counts", "count", False
+
+        def metrics(self, records):
+            return {"mean_count": sum(r["count"] for r in records) / len(records), "count": len(records)}
+
+        def values(self, records):
+            return {"loglik": np.array([r["count"] for r in records], dtype=np.float64)}
+
+    register(Counts())
+    try:
+        baseline = [{"id": str(n), "count": n} for n in range(8)]
+        candidate = [{"id": str(n), "count": n + 1, "kind": "count"} for n in range(8)]
+        assert CalculateMetricsStep(predictions=baseline).run(predictions=baseline)["mean_count"] == 3.5
+        compared = CompareStep(baseline=baseline, candidate=candidate).run(baseline=baseline, candidate=candidate)
+        assert compared["metrics"]["loglik"]["delta"] == 1.0
+        assert list(readable_predictions(candidate)) == candidate
+    finally:
+        del KINDS["count"]
+    with pytest.raises(ValueError, match="Not a catwalk::predict record of any one kind .*: count, id"):
+        kind_of_record(baseline[0])

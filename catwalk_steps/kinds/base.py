@@ -109,6 +109,11 @@ class RequestKind:
         yield from records
 
 
+def with_group(record: Record, instance: Any) -> Record:
+    """``record`` with its instance's group (MMLU's subject), where it has one."""
+    return record if instance.group is None else {**record, "group": instance.group}
+
+
 KINDS: Dict[str, RequestKind] = {}
 
 

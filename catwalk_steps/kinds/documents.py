@@ -19,7 +19,7 @@ from ..models.rolling import document_windows
 from ..models.scoring import Query, score_queries
 from ..reports.perplexity import document_perplexities
 from ..tasks.instance import DocumentInstance
-from .base import Record, RequestKind, RequestSetting, register
+from .base import Record, RequestKind, RequestSetting, register, with_group
 from .multiple_choice import query_work
 
 
@@ -56,9 +56,7 @@ def perplexity_records(
             "num_words": document.num_words,
             "num_bytes": document.num_bytes,
         }
-        if document.group is not None:
-            record["group"] = document.group
-        records.append(record)
+        records.append(with_group(record, document))
     return records
 
 

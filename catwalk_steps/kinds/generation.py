@@ -14,7 +14,7 @@ from ..reports.comparison import BINARY, metric_kind
 from ..reports.generation import score_averages
 from ..tasks.generative import GenerativeTask
 from ..tasks.instance import GenerationInstance
-from .base import Record, RequestKind, RequestSetting, register
+from .base import Record, RequestKind, RequestSetting, register, with_group
 
 
 def generation_records(
@@ -39,9 +39,7 @@ def generation_records(
             "scores": scores,
             "margin": generation["margin"],
         }
-        if instance.group is not None:
-            record["group"] = instance.group
-        records.append(record)
+        records.append(with_group(record, instance))
     return records
 
 

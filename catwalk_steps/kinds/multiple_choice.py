@@ -12,7 +12,7 @@ from ..models.scoring import Query, score_queries
 from ..reports.accuracy import accuracies, choice_scores, correctness, rankings
 from ..reports.calibration import brier_scores, calibration
 from ..tasks import MCInstance
-from .base import Record, RequestKind, RequestSetting, register
+from .base import Record, RequestKind, RequestSetting, register, with_group
 
 
 def top_two_margin(logliks: Sequence[float]) -> float:
@@ -53,11 +53,9 @@ def choice_records(
             "num_chars": instance.answer_lengths(),
             "margin": top_two_margin(logliks[start:end]),
         }
-        if instance.group is not None:
-            record["group"] = instance.group
         if conditioned < len(queries):
             record["unconditioned_logliks"] = logliks[conditioned + start:conditioned + end]
-        predictions.append(record)
+        predictions.append(with_group(record, instance))
         start = end
     return predictions
 

@@ -11,7 +11,7 @@ from ..models.conventions import TokenConventions
 from ..models.scoring import Query
 from ..reports.perplexity import target_metrics
 from ..tasks.instance import TargetInstance
-from .base import Record, RequestSetting, register
+from .base import Record, RequestSetting, register, with_group
 from .documents import ScoredWhole, causal_only
 
 
@@ -25,15 +25,10 @@ def target_records(
 ) -> List[Dict[str, Any]]:
     """One JSON-safe record per instance: its id, the target's log-likelihood, whether greedy
     decoding would produce it (``is_greedy``) and its token count."""
-    records = []
-    for instance, query, (loglik, greedy) in zip(instances, queries, results):
-        record = {"id": instance.id, "loglik": loglik, "is_greedy": bool(greedy), "num_tokens": len(query.continuation)}
-        if instance.group is not None:
-            record["group"] = instance.group
-        records.append(record)
-    return records
-
-
+    return [
+        with_group({"id": i.id, "loglik": loglik, "is_greedy": bool(greedy), "num_tokens": len(q.continuation)}, i)
+        for i, q, (loglik, greedy) in zip(instances, queries, results)
+    ]
 
 class Targets(ScoredWhole):
     name = "loglikelihood"

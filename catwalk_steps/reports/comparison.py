@@ -23,9 +23,9 @@ import numpy as np
 BINARY = "binary"
 CONTINUOUS = "continuous"
 
-#: Per-instance metrics by kind. A record's own numeric field of one of these names (as a
-#: generation record's ``exact_match`` and ``f1``) is compared as that kind; the
-#: multiple-choice ones are derived from the choices' log-likelihoods (:mod:`.instance_values`).
+#: Per-instance metrics by kind of test: 0/1 or continuous. The request kinds
+#: (``catwalk_steps.kinds``) name their records' per-instance values with these names (the
+#: multiple-choice ones are derived from the choices' log-likelihoods), or with a task's own.
 METRIC_KINDS: Dict[str, str] = {
     "acc": BINARY,
     "acc_norm": BINARY,

@@ -56,12 +56,16 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--limit", type=int, default=None, help="score only the first N instances (default: all)")
     parser.add_argument(
+        "--max_new_tokens", type=int, default=None,
+        help="the generative tasks' token budget per answer (default: each task's own, 256 for generation)",
+    )
+    parser.add_argument(
         "--unconditioned", action="store_true", help="also score each choice after the bare answer cue, for acc_uncond"
     )
     parser.add_argument(
         "--output_dir", default=None,
-        help="also write predictions, the table and, for multiple-choice tasks, the instances that changed against "
-        "the baseline (diffs/) here (default: none)",
+        help="also write predictions, the table and, for every task but perplexity's, the instances that changed "
+        "against the baseline (diffs/) here (default: none)",
     )
     parser.add_argument(
         "--add_bos_token", choices=["true", "false"], default=None,
@@ -99,18 +103,28 @@ def offered_tasks() -> Dict[str, str]:
 
     offered = {}
     for name in Task.list_available():
-        task_class, constructor = Task.resolve_class_name(name)
-        init = getattr(task_class, constructor) if constructor else task_class.__init__
         needs = [
-            p.name for p in list(inspect.signature(init).parameters.values())[1:]
+            p.name for p in task_parameters(name)
             if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "data_files"
         ]
         offered[name] = ", ".join(needs)
     return offered
 
 
-def resolve_tasks(names: Sequence[str], data_files: Dict[str, str]) -> Tuple[Dict[str, Any], Dict[str, str]]:
-    """``({name: task config}, {name: split})`` for registered task names and suite names."""
+def task_parameters(name: str) -> List[inspect.Parameter]:
+    """The settings the registered task ``name`` takes."""
+    from .tasks import Task
+
+    task_class, constructor = Task.resolve_class_name(name)
+    init = getattr(task_class, constructor) if constructor else task_class.__init__
+    return list(inspect.signature(init).parameters.values())[1:]
+
+
+def resolve_tasks(
+    names: Sequence[str], data_files: Dict[str, str], max_new_tokens: Optional[int] = None
+) -> Tuple[Dict[str, Any], Dict[str, str]]:
+    """``({name: task config}, {name: split})`` for registered task names and suite names, each
+    generative one with ``max_new_tokens`` where given."""
     suites = json.loads(evaluate_jsonnet('import "suites.libsonnet"'))
     offered = offered_tasks()
     tasks: Dict[str, Any] = {}
@@ -135,6 +149,18 @@ def resolve_tasks(names: Sequence[str], data_files: Dict[str, str]) -> Tuple[Dic
         if len(tasks) != 1:
             raise ConfigurationError(f"--data_files applies to a single task, but {len(tasks)} are named: {', '.join(tasks)}")
         tasks[next(iter(tasks))]["data_files"] = data_files
+    if max_new_tokens is not None:
+        from .tasks import GenerativeTask, Task
+
+        generative = [name for name, config in tasks.items()
+                      if issubclass(Task.resolve_class_name(config["type"])[0], GenerativeTask)]
+        if not generative:
+            raise ConfigurationError(
+                f"--max_new_tokens applies to generative tasks (generation, gsm8k, squad); {', '.join(tasks)} "
+                "generate nothing"
+            )
+        for name in generative:
+            tasks[name]["max_new_tokens"] = max_new_tokens
     for name, task in built_tasks({n: c for n, c in tasks.items() if n not in splits}).items():
         splits[name] = evaluation_split(task.splits)
     return tasks, splits

@@ -35,7 +35,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def build(args: argparse.Namespace) -> str:
-    tasks, splits = resolve_tasks(args.task, parse_data_files(args.data_files))
+    tasks, splits = resolve_tasks(args.task, parse_data_files(args.data_files), args.max_new_tokens)
     built = built_tasks(tasks)
     if args.split is not None:
         splits = {task: args.split for task in tasks}

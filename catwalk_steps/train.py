@@ -49,7 +49,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def build(args: argparse.Namespace) -> str:
-    tasks, splits = resolve_tasks(args.task, parse_data_files(args.data_files))
+    tasks, splits = resolve_tasks(args.task, parse_data_files(args.data_files), args.max_new_tokens)
     built = built_tasks(tasks)
     untrainable = [name for name, task in built.items() if "train" not in task.splits]
     if untrainable:  # refused now, not after the zero-shot scoring ran

@@ -13,7 +13,7 @@ from tango.common import Params
 from tango.step_graph import StepGraph
 
 from catwalk_steps import evaluate, train
-from catwalk_steps.command_line import CONFIGS, evaluate_jsonnet
+from catwalk_steps.command_line import CONFIGS, evaluate_jsonnet, resolve_tasks
 
 from .conftest import REPO
 
@@ -48,6 +48,17 @@ def test_tasks_the_flags_cannot_set_up_are_refused_with_what_they_need(task, nee
     assert "template" not in capsys.readouterr().err.split("the tasks are")[1].split("suites are")[0]
 
 
+def test_max_new_tokens_reaches_the_generative_tasks_only(capsys):
+    tasks, _ = resolve_tasks(["gsm8k", "squad", "piqa"], {}, max_new_tokens=8)
+    assert tasks["gsm8k"]["max_new_tokens"] == tasks["squad"]["max_new_tokens"] == 8
+    assert "max_new_tokens" not in tasks["piqa"]
+    assert "max_new_tokens" not in resolve_tasks(["gsm8k"], {})[0]["gsm8k"]  # the task's own: the same key
+    with pytest.raises(SystemExit):
+        evaluate.main(["--model", "rc::m", "--task", "piqa", "--max_new_tokens", "8"])
+    assert "--max_new_tokens applies to generative tasks (generation, gsm8k, squad); piqa generate" in \
+        capsys.readouterr().err
+
+
 def test_fine_tuning_without_a_train_split_is_refused_before_anything_runs(capsys, tmp_path):
     with pytest.raises(SystemExit) as exit:
         train.main(["--model", f"rc::{TINY}/model", "--task", "piqa", "--data_files", f"validation={TINY}/validation.jsonl",
@@ -66,6 +77,10 @@ def test_output_dir_gets_the_diffs_the_help_promises(tmp_path):
     compared = graph_of(evaluate, [*models, "--task", "piqa", "--data_files", *LOCAL["piqa"], "--output_dir", out])
     assert [name for name in compared if name.startswith("diff_")] == [
         f"diff_piqa_rc::{str(TINY).replace('/', '_')}_model-small_vs_rc::{str(TINY).replace('/', '_')}_model"]
+    generated = graph_of(evaluate, [*models, "--task", "generation", "--data_files", *LOCAL["generation"],
+                                    "--output_dir", out])
+    (diff,) = [step for name, step in generated.items() if name.startswith("diff_")]
+    assert diff.kwargs.get("metric") is None  # the kind's own: exact_match
     # Perplexity has no instances that change answer: the table compares, no diff is promised.
     documents = graph_of(evaluate, [*models, "--task", "wikitext", "--data_files", *LOCAL["wikitext"], "--output_dir", out])
     assert "export" in documents and not [name for name in documents if name.startswith("diff_")]
@@ -96,6 +111,24 @@ def test_the_run_command_says_what_it_is():
     done = subprocess.run([sys.executable, "-m", "catwalk_steps.run", "--help"], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert done.returncode == 0 and "python -m catwalk_steps.run my_config.jsonnet" in done.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.full
+def test_evaluate_runs_a_generation_task_against_a_baseline_with_its_diff(tmp_path):
+    """A generative task from the command line: scored, compared (McNemar on exact match) and
+    diffed on its own 0/1 metric."""
+    models = ["--model", f"rc::{TINY}/model", "--model", f"rc::{TINY}/model-small", "--baseline", f"rc::{TINY}/model"]
+    done = subprocess.run(
+        [sys.executable, "-m", "catwalk_steps.evaluate", *models, "--task", "generation", "--data_files",
+         *LOCAL["generation"], "--limit", "8", "--max_new_tokens", "8", "--output_dir", str(tmp_path / "out"), "-w", str(tmp_path / "ws")],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200", "HF_HUB_OFFLINE": "1"},
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Δ exact_match" in done.stdout
+    (summary,) = (tmp_path / "out" / "diffs").glob("*/diff.md")
+    assert "(exact_match, 8 instances)" in summary.read_text()
 
 
 @pytest.mark.e2e

@@ -16,7 +16,7 @@ with the batch size only where its margin is of that order.
 """
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -180,6 +180,26 @@ def _seq2seq_batch(lm: "PreTrainedModel", sequences: _Sequences, prompts: Sequen
         decoder_input = sequences.last_tokens(device)
 
 
+def generation_batches(
+    lengths: Sequence[int], budgets: Sequence[int], max_batch_size: int, max_batch_tokens: Optional[int]
+) -> Iterator[List[int]]:
+    """Positions of prompts of ``lengths`` tokens (longest first) with ``budgets`` new tokens each,
+    in consecutive batches of at most ``max_batch_size`` rows whose padded rows (the longest prompt
+    and the largest budget, what the key/value cache grows to) fit ``max_batch_tokens``; one row
+    over the budget is a batch of its own."""
+    batch: List[int] = []
+    for k in range(len(lengths)):
+        rows = batch + [k]
+        tokens = len(rows) * (max(lengths[b] for b in rows) + max(budgets[b] for b in rows))
+        over = max_batch_tokens is not None and tokens > max_batch_tokens
+        if batch and (len(batch) == max_batch_size or over):
+            yield batch
+            batch = []
+        batch.append(k)
+    if batch:
+        yield batch
+
+
 @torch.inference_mode()
 def generate_greedy(
     lm: "PreTrainedModel",
@@ -189,12 +209,16 @@ def generate_greedy(
     pad_token_id: int,
     max_length: int,
     max_batch_size: int,
+    max_batch_tokens: Optional[int] = None,
     progress=None,
     known: Optional[Dict[int, Dict[str, float]]] = None,
     on_batch: Optional[Callable[[List[Tuple[int, Dict[str, object]]]], None]] = None,
 ) -> List[Dict[str, object]]:
     """Each request's generation, ``{"text": ..., "margin": ...}``, in the order given.
 
+    Batches hold at most ``max_batch_size`` prompts and, where given, ``max_batch_tokens`` tokens
+    of padded prompt and new tokens (:func:`generation_batches`); training's validation bounds
+    them by rows alone, as its batches are.
     Requests whose index is in ``known`` are not generated again. ``on_batch`` receives each
     batch's ``(index, generation)`` pairs, and ``progress`` (a tqdm bar) advances by its size.
     """
@@ -204,8 +228,9 @@ def generate_greedy(
     windows = {i: requests[i].window(max_length) for i in range(len(requests)) if i not in results}
     order = sorted(windows, key=lambda i: (-len(windows[i]), i))
     tokenizer, stops = conventions.tokenizer, conventions.stop_token_ids(lm)
-    for start in range(0, len(order), max_batch_size):
-        batch = order[start:start + max_batch_size]
+    lengths, budgets = [len(windows[i]) for i in order], [requests[i].max_new_tokens for i in order]
+    for positions in generation_batches(lengths, budgets, max_batch_size, max_batch_tokens):
+        batch = [order[k] for k in positions]
         sequences = _Sequences(tokenizer, [requests[i] for i in batch], stops)
         prompts = [windows[i] for i in batch]
         if lm.config.is_encoder_decoder:

@@ -42,7 +42,7 @@ def score_greedy(lm, job: "PredictionJob", requests: Sequence[Any], **batching: 
 
 def generate(lm, job: "PredictionJob", requests: Sequence[Any], **batching: Any) -> None:
     """Greedy generation from each prompt (:func:`..models.generation.generate_greedy`)."""
-    generate_greedy(lm, job.spec.conventions(), requests, **batching)
+    generate_greedy(lm, job.spec.conventions(), requests, max_batch_tokens=job.max_batch_tokens, **batching)
 
 
 #: The computations a job can run, by journal name: ``fn(lm, job, requests, **batching)``

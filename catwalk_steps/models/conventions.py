@@ -60,9 +60,10 @@ class TokenConventions:
         return self.tokenizer.pad_token_id
 
     @cached_property
-    def prefix_text(self) -> str:
-        """The prefix token as text: a text that starts with it gets no second one."""
-        return self.tokenizer.decode(self.prefix_token_id)
+    def prefix_text(self) -> Optional[str]:
+        """The prefix token as text: a text that starts with it gets no second one. ``None`` for a
+        tokenizer with neither BOS nor EOS."""
+        return None if self.prefix_token_id is None else self.tokenizer.decode(self.prefix_token_id)
 
     def _special_tokens(self, text: str, prefix_text: Optional[str]) -> Dict[str, bool]:
         if self.encoder_decoder:

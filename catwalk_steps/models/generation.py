@@ -236,6 +236,7 @@ def generate_greedy(
     Batches hold at most ``max_batch_size`` prompts and, where given, ``max_batch_tokens`` tokens
     of padded prompt and new tokens (:func:`generation_batches`); training's validation bounds
     them by rows alone, as its batches are.
+
     Requests whose index is in ``known`` are not generated again. ``on_batch`` receives each
     batch's ``(index, generation)`` pairs, and ``progress`` (a tqdm bar) advances by its size.
     """

@@ -18,7 +18,8 @@ from catwalk_steps.tasks import GenerationTask
 from .conftest import TINY, write_jsonl
 
 #: Every word of the prompts here and of ``conventions.SAMPLE`` (there is no UNK to fall back on).
-WORDS = "the cat sat on a mat and then it ran to door where dog slept all day Question Answer : is this sample ? yes".split()
+WORDS = ("the cat sat on a mat and then it ran to door where dog slept all day Question Answer : is this sample ? "
+         "yes").split()
 
 
 def word_tokenizer(directory, **special_tokens):

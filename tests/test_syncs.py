@@ -103,7 +103,7 @@ def generation_syncs(lm, rows: int, steps: int, seed: int = 0) -> Tuple[int, int
     rng = random.Random(seed)
     prompts = [tuple(rng.randrange(1, 400) for _ in range(rng.randint(3, 12))) for _ in range(rows)]
     requests = [GenerationRequest(p, (), steps) for p in prompts]
-    sequences = _Sequences(tokenizer, requests, stops=set())  # no EOS: every row runs ``steps`` steps
+    sequences = _Sequences(tokenizer, requests, stops=set(), until=[()] * rows)  # no EOS, no stop: ``steps`` steps
     with count_syncs() as syncs, torch.inference_mode():
         if lm.config.is_encoder_decoder:
             _seq2seq_batch(lm, sequences, prompts)

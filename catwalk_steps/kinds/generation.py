@@ -58,7 +58,7 @@ class Generation(RequestKind):
         return [[list(r.prompt), r.until, r.max_new_tokens] for r in requests]
 
     def compute(self, lm, spec, requests: Sequence[GenerationRequest], max_batch_tokens: int, **batching: Any) -> None:
-        generate_greedy(lm, spec.conventions(), requests, **batching)
+        generate_greedy(lm, spec.conventions(), requests, max_batch_tokens=max_batch_tokens, **batching)
 
     def records(self, instances, requests, instance_of, results, setting) -> List[Record]:
         return generation_records(setting.task, instances, requests, results, context_window(setting.config))

@@ -13,6 +13,7 @@ continuation like any other, and the same left-padded batch gives its summed log
 from typing import TYPE_CHECKING, Any, Dict, List, Sequence
 
 import torch
+from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import DataCollator
 
 from .rank_classification import RankClassificationModel
@@ -27,10 +28,18 @@ def encode_answer(conventions: "TokenConventions", prompt: str, answer: str) -> 
     :meth:`.conventions.TokenConventions.pair` splits them, so a model is trained on the tokens
     it is scored and prompted with). An encoder-decoder's scoring appends the EOS itself
     (:mod:`.seq2seq`)."""
-    query = conventions.pair(prompt, answer)
     if conventions.encoder_decoder:
-        return query
-    return Query(query.context, query.continuation + (conventions.tokenizer.eos_token_id,))
+        return conventions.pair(prompt, answer)
+    eos = conventions.tokenizer.eos_token_id
+    if eos is None:
+        raise ConfigurationError(
+            f"Generative fine-tuning ends each answer with the tokenizer's EOS, so that the model learns to stop, and "
+            f"the tokenizer of {conventions.tokenizer.name_or_path} has none: give the model a tokenizer with an "
+            "eos_token (the step's tokenizer setting), or fine-tune under a chat template (apply_chat_template), "
+            "whose end of turn ends each answer"
+        )
+    query = conventions.pair(prompt, answer)
+    return Query(query.context, query.continuation + (eos,))
 
 
 def scored_tokens(answer: Sequence[int], encoder_decoder: bool) -> int:

@@ -60,9 +60,10 @@ class TokenConventions:
         return self.tokenizer.pad_token_id
 
     @cached_property
-    def prefix_text(self) -> str:
-        """The prefix token as text: a text that starts with it gets no second one."""
-        return self.tokenizer.decode(self.prefix_token_id)
+    def prefix_text(self) -> Optional[str]:
+        """The prefix token as text: a text that starts with it gets no second one. ``None`` for a
+        tokenizer with neither BOS nor EOS."""
+        return None if self.prefix_token_id is None else self.tokenizer.decode(self.prefix_token_id)
 
     def _special_tokens(self, text: str, prefix_text: Optional[str]) -> Dict[str, bool]:
         if self.encoder_decoder:
@@ -107,13 +108,23 @@ class TokenConventions:
         return tuple(self.tokenizer.encode(text, **self._special_tokens(text, bos))) or (self.prefix_token_id,)
 
     def stop_token_ids(self, lm: "PreTrainedModel") -> Set[int]:
-        """The tokens that end a generation: the model's generation config's EOS ids, where
-        ``transformers``' ``generate`` (and so lm-evaluation-harness) stops; the tokenizer's EOS
-        for a model without any."""
+        """The tokens that end a generation without being generated: the model's generation
+        config's EOS ids, where ``transformers``' ``generate`` (and so lm-evaluation-harness)
+        stops; the tokenizer's EOS for a model without any. (The tokenizer's EOS also ends a
+        generation as a stop string: :meth:`stop_strings`.)"""
         configured = getattr(getattr(lm, "generation_config", None), "eos_token_id", None)
         if configured is None:
             configured = self.tokenizer.eos_token_id
         return set(configured) if isinstance(configured, list) else {configured} if configured is not None else set()
+
+    def stop_strings(self, until: Tuple[str, ...]) -> Tuple[str, ...]:
+        """A generation's stop strings: ``until`` and, as lm-evaluation-harness's
+        ``generate_until`` adds it, the tokenizer's EOS as text. Generative fine-tuning ends
+        answers with that EOS, so a generation stops there even where the model's generation
+        config names another (:meth:`stop_token_ids`)."""
+        eos_id = self.tokenizer.eos_token_id
+        eos = None if eos_id is None else self.tokenizer.decode(eos_id, skip_special_tokens=False)
+        return until + (eos,) if eos and eos not in until else until
 
     def adds_special_tokens(self) -> bool:
         """Whether these conventions put special tokens where no special tokens would (the

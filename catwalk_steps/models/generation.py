@@ -4,9 +4,14 @@ a stop string or the token budget.
 The conventions are lm-evaluation-harness's ``generate_until`` (HFLM), so that generations are
 comparable: the prompt is encoded as :mod:`.conventions` says (with the tokenizer's special
 tokens, as lm-eval 0.4.13 at its defaults), cut from the left to fit
-``max_length - max_new_tokens``, the continuation is decoded without special tokens and cut at
-the first stop string. The work is arranged for speed: prompts sorted by length (longest
-first, so an out-of-memory shows at once) and batched left-padded, a key/value cache so that
+``max_length - max_new_tokens`` (an encoder-decoder's encoder: ``max_length``), the stop strings
+are the task's and the tokenizer's EOS, watched for with special tokens kept, and the
+continuation is decoded without special tokens and cut at the first stop string. A row of lm-eval's
+batch goes on generating after its stop string until the whole batch has stopped, and a special
+token left out of its text no longer cuts it there: its text then depends on its batch, and we
+match its batches of one. The work is arranged for speed: prompts sorted by length (longest
+first, so an out-of-memory shows at once), batched left-padded within ``max_batch_size`` rows
+and ``max_batch_tokens`` tokens of prompt and new tokens, a key/value cache so that
 each step runs one token per sequence, the next token the argmax of the logits (greedy needs no
 softmax), and a sequence that has finished dropped from the batch (and from the cache).
 
@@ -16,7 +21,7 @@ with the batch size only where its margin is of that order.
 """
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -36,10 +41,18 @@ class GenerationRequest:
     prompt: Tuple[int, ...]
     until: Tuple[str, ...]
     max_new_tokens: int
+    encoder_decoder: bool = False
+
+    def room(self, max_length: int) -> int:
+        """How many prompt tokens fit: a decoder-only model's ``max_length`` holds the prompt and
+        the generated tokens; an encoder-decoder's encoder reads ``max_length`` tokens of its own,
+        the last the EOS its input ends with (lm-evaluation-harness's seq2seq ``generate_until``
+        cuts the tokenizer's encoding, EOS included, to ``max_length``)."""
+        return max_length - 1 if self.encoder_decoder else max_length - self.max_new_tokens
 
     def window(self, max_length: int) -> Tuple[int, ...]:
-        """The prompt cut from the left so that it and the generated tokens fit ``max_length``."""
-        room = max_length - self.max_new_tokens
+        """The prompt cut from the left to :meth:`room`."""
+        room = self.room(max_length)
         if room < 1:
             raise ValueError(
                 f"max_new_tokens={self.max_new_tokens} leaves no room for a prompt in a context window of {max_length}"
@@ -67,19 +80,20 @@ class _Sequences:
     """The sequences of one batch as they grow: which are still running, their tokens, their
     margins and their final texts."""
 
-    def __init__(self, tokenizer: "PreTrainedTokenizerBase", requests: Sequence[GenerationRequest], stops: Set[int]):
-        self.tokenizer, self.requests, self.stops = tokenizer, requests, stops
+    def __init__(self, tokenizer: "PreTrainedTokenizerBase", requests: Sequence[GenerationRequest], stops: Set[int],
+                 until: Sequence[Tuple[str, ...]]):
+        self.tokenizer, self.requests, self.stops, self.until = tokenizer, requests, stops, until
         self.running = list(range(len(requests)))
         self.tokens: List[List[int]] = [[] for _ in requests]
         self.margins = [float("inf")] * len(requests)
         self.texts: Dict[int, str] = {}
         # A stop string of b bytes lies within the last b + 1 tokens; 2 more spare a decoder's
         # treatment of a text's first token (a dropped leading space).
-        self.lookback = [2 + max((len(s.encode()) for s in r.until), default=0) for r in requests]
+        self.lookback = [2 + max((len(s.encode()) for s in stops_of_row), default=0) for stops_of_row in until]
 
     def _finish(self, row: int) -> None:
         text = self.tokenizer.decode(self.tokens[row], skip_special_tokens=True)
-        self.texts[row] = cut_at_stop(text, self.requests[row].until)[0]
+        self.texts[row] = cut_at_stop(text, self.until[row])[0]
 
     def advance(self, logits: torch.Tensor) -> List[int]:
         """Takes each running sequence's next token from its ``logits`` row; returns the
@@ -101,13 +115,16 @@ class _Sequences:
         return going
 
     def _stopped(self, row: int) -> bool:
-        until = self.requests[row].until
+        """Whether a stop string has been generated, special tokens kept (lm-evaluation-harness's
+        stopping criterion decodes them), so that a stop string such as ``"<|im_end|>"`` stops
+        there. The text returned is decoded without them and cut at the stop strings, as lm-eval's."""
+        until = self.until[row]
         if not until:
             return False
-        tail = self.tokenizer.decode(self.tokens[row][-self.lookback[row]:], skip_special_tokens=True)
+        tail = self.tokenizer.decode(self.tokens[row][-self.lookback[row]:], skip_special_tokens=False)
         if not any(stop in tail for stop in until):
             return False
-        return cut_at_stop(self.tokenizer.decode(self.tokens[row], skip_special_tokens=True), until)[1]
+        return cut_at_stop(self.tokenizer.decode(self.tokens[row], skip_special_tokens=False), until)[1]
 
     def last_tokens(self, device: torch.device) -> torch.Tensor:
         return torch.tensor([[self.tokens[row][-1]] for row in self.running], dtype=torch.long, device=device)
@@ -180,6 +197,26 @@ def _seq2seq_batch(lm: "PreTrainedModel", sequences: _Sequences, prompts: Sequen
         decoder_input = sequences.last_tokens(device)
 
 
+def generation_batches(
+    lengths: Sequence[int], budgets: Sequence[int], max_batch_size: int, max_batch_tokens: Optional[int]
+) -> Iterator[List[int]]:
+    """Positions of prompts of ``lengths`` tokens (longest first) with ``budgets`` new tokens each,
+    in consecutive batches of at most ``max_batch_size`` rows whose padded rows (the longest prompt
+    and the largest budget, what the key/value cache grows to) fit ``max_batch_tokens``; one row
+    over the budget is a batch of its own."""
+    batch: List[int] = []
+    for k in range(len(lengths)):
+        rows = batch + [k]
+        tokens = len(rows) * (max(lengths[b] for b in rows) + max(budgets[b] for b in rows))
+        over = max_batch_tokens is not None and tokens > max_batch_tokens
+        if batch and (len(batch) == max_batch_size or over):
+            yield batch
+            batch = []
+        batch.append(k)
+    if batch:
+        yield batch
+
+
 @torch.inference_mode()
 def generate_greedy(
     lm: "PreTrainedModel",
@@ -189,11 +226,16 @@ def generate_greedy(
     pad_token_id: int,
     max_length: int,
     max_batch_size: int,
+    max_batch_tokens: Optional[int] = None,
     progress=None,
     known: Optional[Dict[int, Dict[str, float]]] = None,
     on_batch: Optional[Callable[[List[Tuple[int, Dict[str, object]]]], None]] = None,
 ) -> List[Dict[str, object]]:
     """Each request's generation, ``{"text": ..., "margin": ...}``, in the order given.
+
+    Batches hold at most ``max_batch_size`` prompts and, where given, ``max_batch_tokens`` tokens
+    of padded prompt and new tokens (:func:`generation_batches`); training's validation bounds
+    them by rows alone, as its batches are.
 
     Requests whose index is in ``known`` are not generated again. ``on_batch`` receives each
     batch's ``(index, generation)`` pairs, and ``progress`` (a tqdm bar) advances by its size.
@@ -204,9 +246,11 @@ def generate_greedy(
     windows = {i: requests[i].window(max_length) for i in range(len(requests)) if i not in results}
     order = sorted(windows, key=lambda i: (-len(windows[i]), i))
     tokenizer, stops = conventions.tokenizer, conventions.stop_token_ids(lm)
-    for start in range(0, len(order), max_batch_size):
-        batch = order[start:start + max_batch_size]
-        sequences = _Sequences(tokenizer, [requests[i] for i in batch], stops)
+    lengths, budgets = [len(windows[i]) for i in order], [requests[i].max_new_tokens for i in order]
+    for positions in generation_batches(lengths, budgets, max_batch_size, max_batch_tokens):
+        batch = [order[k] for k in positions]
+        sequences = _Sequences(tokenizer, [requests[i] for i in batch], stops,
+                               [conventions.stop_strings(requests[i].until) for i in batch])
         prompts = [windows[i] for i in batch]
         if lm.config.is_encoder_decoder:
             _seq2seq_batch(lm, sequences, prompts)

@@ -142,8 +142,7 @@ class ModelSpec:
         except (OSError, ValueError) as e:
             raise self.cannot_load("tokenizer", name, e) from e
         if tokenizer.pad_token_id is None:
-            # Padding positions are masked out; any id will do, and EOS is the usual choice.
-            tokenizer.pad_token = tokenizer.eos_token
+            tokenizer.pad_token_id = fallback_pad_id(tokenizer)
         return tokenizer
 
     def load_config(self, local_files_only: bool = False):
@@ -190,6 +189,14 @@ class ModelSpec:
         revision = None if which == "tokenizer" and self.tokenizer else self.revision
         found = try_to_load_from_cache(name, filename, revision=revision)
         return Path(found) if isinstance(found, str) else None
+
+
+def fallback_pad_id(tokenizer: "PreTrainedTokenizerBase") -> int:
+    """The id that pads for a tokenizer without a pad token. Padding positions are masked out, so
+    any id gives the same numbers: EOS, as before (lm-evaluation-harness's ``configure_pad_token``
+    takes UNK first), else UNK, else id 0, which every vocabulary has (lm-eval would add a
+    ``<|pad|>`` token, an id past the model's embeddings)."""
+    return next((i for i in (tokenizer.eos_token_id, tokenizer.unk_token_id) if i is not None), 0)
 
 
 @lru_cache(maxsize=None)

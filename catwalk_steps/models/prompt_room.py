@@ -1,6 +1,7 @@
 """A generation's token budget against the model's context window: the prompt gets what the
-budget leaves (``max_length - max_new_tokens``), cut from the left as lm-evaluation-harness cuts
-it. Checked once the window is known (the model's config, read before any weights):
+budget leaves (``max_length - max_new_tokens``; an encoder-decoder's encoder reads a window of
+its own, :meth:`.generation.GenerationRequest.room`), cut from the left as lm-evaluation-harness
+cuts it. Checked once the window is known (the model's config, read before any weights):
 
 - no room at all is refused;
 - room for fewer than :data:`MIN_PROMPT_TOKENS` tokens is refused when a prompt would be cut to
@@ -33,16 +34,17 @@ def generation_requests(
     stop strings and budget (``max_new_tokens``), checked against the model's ``max_length``
     tokens as the module says."""
     requests = [
-        GenerationRequest(conventions.prompt(i.prompt), tuple(i.until), i.max_new_tokens) for i in instances
+        GenerationRequest(conventions.prompt(i.prompt), tuple(i.until), i.max_new_tokens, conventions.encoder_decoder)
+        for i in instances
     ]
-    budget = max((r.max_new_tokens for r in requests), default=0)
-    room = max_length - budget
+    room = min((r.room(max_length) for r in requests), default=max_length)
+    budget = max_length - room
     if room < 1:
         raise ConfigurationError(
             f"max_new_tokens={budget} leaves no room for a prompt in the model's context window of {max_length} "
             "tokens: lower max_new_tokens"
         )
-    cut = [len(r.prompt) for r in requests if len(r.prompt) > max_length - r.max_new_tokens]
+    cut = [len(r.prompt) for r in requests if len(r.prompt) > r.room(max_length)]
     if cut and room < MIN_PROMPT_TOKENS:
         raise ConfigurationError(
             f"max_new_tokens={budget} leaves {room} of the model's {max_length} tokens for the prompt, and "
@@ -50,8 +52,10 @@ def generation_requests(
             f"last {room}; lower max_new_tokens to at most {max_length - MIN_PROMPT_TOKENS}"
         )
     if cut:
+        room_of = (f"an encoder's input of {max_length} holds beside its EOS" if conventions.encoder_decoder
+                   else f"max_new_tokens={budget} leaves of the model's {max_length}")
         logger.warning(
-            "%d of %d prompts are longer than the %d tokens max_new_tokens=%d leaves of the model's %d: they are cut "
-            "from the left (truncated: true in their records)", len(cut), len(requests), room, budget, max_length,
+            "%d of %d prompts are longer than the %d tokens %s: they are cut from the left (truncated: true in their "
+            "records)", len(cut), len(requests), room, room_of,
         )
     return requests

@@ -132,6 +132,26 @@ def budget_batches(lengths: Sequence[int], max_batch_size: int, max_batch_tokens
         yield batch
 
 
+def group_parts(
+    members: List[int], lengths: Sequence[int], context: int, max_batch_size: int, max_batch_tokens: int
+) -> List[List[int]]:
+    """``members`` (queries sharing a context of ``context`` tokens, continuations of ``lengths``)
+    split into parts of at most ``max_batch_size`` queries whose context and padded continuations
+    fit ``max_batch_tokens``: every document's first rolling window shares the one prefix token,
+    and a group of long windows would otherwise be one forward pass many windows wide. A group
+    that fits stays whole and in order; one that does not is ordered longest first, so that each
+    part pads to a length like its own."""
+    if len(members) <= max_batch_size and context + len(members) * max(lengths) <= max_batch_tokens:
+        return [members]
+    parts: List[List[int]] = []
+    for k in sorted(range(len(members)), key=lambda k: -lengths[k]):
+        if not parts or len(parts[-1]) == max_batch_size or context + (len(parts[-1]) + 1) * widest > max_batch_tokens:
+            parts.append([])
+            widest = lengths[k]
+        parts[-1].append(members[k])
+    return parts
+
+
 @torch.inference_mode()
 def score_queries(
     lm: "PreTrainedModel",
@@ -170,14 +190,14 @@ def score_queries(
             len(queries[i].context) + len(queries[i].continuation) <= max_length + 1 for i in members
         )
 
-    # Groups larger than a batch (e.g. every choice after an unconditioned "Answer:") are split,
-    # their members ordered by length first, so that each part pads to a length like its own.
-    shared = []
-    for members in groups.values():
-        if shareable(members):
-            if len(members) > max_batch_size:
-                members = sorted(members, key=lambda i: -len(queries[i].continuation))
-            shared += [members[start:start + max_batch_size] for start in range(0, len(members), max_batch_size)]
+    shared = [
+        part
+        for members in groups.values() if shareable(members)
+        for part in group_parts(
+            members, [len(queries[i].continuation) for i in members], len(queries[members[0]].context),
+            max_batch_size, max_batch_tokens,
+        )
+    ]
     single = [i for members in groups.values() if not shareable(members) for i in members]
 
     def record(scored: List[Tuple[int, Any]]) -> None:

@@ -86,7 +86,7 @@ generation_kwargs:
   until:
     - "Question:"
     - "</s>"
-    - "<|im_end|>"
+    - "<|im_end|>"{extra_stops}
   do_sample: false
   temperature: 0.0
   max_gen_toks: {max_gen_toks}
@@ -166,10 +166,14 @@ def build_model_1024(directory: Path) -> Path:
     return scoring.build_model(directory, "tiny-1024")
 
 
-def timed(command, env=None):
+def timed(command, threads: int = 0):
+    """Runs ``command`` in a fresh process; its wall time in seconds and the finished process.
+    ``threads``: torch's intra-op threads in it (``OMP_NUM_THREADS``), 0 to leave its default."""
+    env = {**os.environ, **OFFLINE, "PYTHONPATH": str(REPO)}
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     start = time.perf_counter()
-    done = subprocess.run([str(c) for c in command], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, **OFFLINE, "PYTHONPATH": str(REPO), **(env or {})})
+    done = subprocess.run([str(c) for c in command], cwd=REPO, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(" ".join(map(str, command)) + "\n" + done.stdout[-2000:] + done.stderr[-3000:])
     return time.perf_counter() - start, done
@@ -179,9 +183,7 @@ class Setup:
     """The model, data, task YAMLs and the commands of one benchmark run, under ``root``."""
 
     def __init__(self, root: Path, test: int, documents: int, max_gen_toks: int):
-        import lm_eval
-
-        self.root, self.max_gen_toks = root, max_gen_toks
+        self.root, self.max_gen_toks, self.stops = root, max_gen_toks, []
         (root / "model").mkdir()
         self.model = build_model_1024(root / "model")
         self.train = write_jsonl(root / "gsm8k_train.jsonl", gsm8k_rows(200, seed=0))
@@ -189,12 +191,50 @@ class Setup:
         self.pages = write_jsonl(root / "wikitext_test.jsonl", wikitext_pages(documents, seed=2))
         self.tasks = root / "lm_eval_tasks"
         self.tasks.mkdir()
+        self.write_tasks()
+        self.count = 0
+
+    def write_tasks(self) -> None:
+        import lm_eval
+
         harness = Path(lm_eval.__file__).parent / "tasks"
+        extra = "".join(f"\n    - {json.dumps(stop)}" for stop in self.stops)  # JSON strings are YAML strings
         (self.tasks / "gsm8k_local.yaml").write_text(GSM8K_TASK.format(
-            source=harness / "gsm8k/gsm8k.yaml", train=self.train, test=self.test, max_gen_toks=max_gen_toks))
+            source=harness / "gsm8k/gsm8k.yaml", train=self.train, test=self.test, max_gen_toks=self.max_gen_toks,
+            extra_stops=extra))
         (self.tasks / "wikitext_local.yaml").write_text(WIKITEXT_TASK.format(
             source=harness / "wikitext/wikitext.yaml", test=self.pages))
-        self.count = 0
+
+    def add_stops(self, seed: int = 3) -> None:
+        """Stop strings that end the random model's answers at different lengths, as a trained
+        model's answers end at ``Question:``: one uncut greedy generation of every test prompt
+        (lm-eval's own 2-shot prompts, through our lm_eval task type), then for each, the first
+        change of word (``"w1 w2"``, w1 != w2) at or after a seeded point in its second and
+        third quarters. Added to the GSM8K YAML's ``until`` (both sides read it); a phrase may
+        also end another answer earlier, and an answer with no change after its point runs to
+        ``max_gen_toks``."""
+        from catwalk_steps.models.generation import GenerationRequest, generate_greedy
+        from catwalk_steps.models.loading import ModelSpec
+        from catwalk_steps.models.weights import load_pretrained
+        from catwalk_steps.tasks.lm_eval_bridge import LmEvalTask
+
+        task = LmEvalTask(task="gsm8k_local", include_path=str(self.tasks), num_shots=2)
+        spec = ModelSpec.parse(f"rc::{self.model}")
+        conventions, lm = spec.conventions(), load_pretrained(spec).eval()
+        requests = [GenerationRequest(conventions.prompt(i.prompt), (), self.max_gen_toks)
+                    for i in task.instances("test")]
+        uncut = generate_greedy(lm, conventions, requests, pad_token_id=conventions.pad_token_id, max_length=1024,
+                                max_batch_size=BATCH)
+        rng, stops = random.Random(seed), []
+        for generation in uncut:
+            words = generation["text"].split()
+            start = rng.randint(len(words) // 4, max(len(words) // 4, 3 * len(words) // 4))
+            for k in range(start, len(words) - 1):
+                if words[k] != words[k + 1]:
+                    stops.append(f"{words[k]} {words[k + 1]}")
+                    break
+        self.stops = sorted(set(stops))
+        self.write_tasks()
 
     def task(self, name: str, native: bool):
         if not native:
@@ -282,22 +322,33 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=16, help="WikiText-shaped documents")
     parser.add_argument("--max_gen_toks", type=int, default=256, help="GSM8K's budget on both sides (lm-eval's: 256)")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="OMP_NUM_THREADS for both sides (default 1: on a shared 2-core machine two threads wait "
+                             "on each other at every small decode-step operation); 0 leaves torch's default")
     parser.add_argument("--quick", action="store_true", help="16 rows, 4 documents, 32 tokens, 1 round")
     parser.add_argument("--no_per_task", action="store_true", help="skip the one-task rows")
     parser.add_argument("--no_native", action="store_true", help="skip the native-task row")
+    parser.add_argument("--stops", action="store_true",
+                        help="answers end at different lengths, as a trained model's do (Setup.add_stops)")
     args = parser.parse_args()
     if args.quick:
         args.test, args.documents, args.max_gen_toks, args.repeats = 16, 4, 32, 1
     rows = [("gsm8k", "wikitext")] + ([] if args.no_per_task else [("gsm8k",), ("wikitext",)])
     with tempfile.TemporaryDirectory() as tmp:
         setup = Setup(Path(tmp), args.test, args.documents, args.max_gen_toks)
+        if args.stops:
+            import torch
+
+            torch.set_num_threads(args.threads or torch.get_num_threads())
+            setup.add_stops()
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(setup.model)
         page_tokens = [len(tokenizer.encode(json.loads(line)["page"])) for line in setup.pages.read_text().splitlines()]
         print(f"GSM8K-shaped: {args.test} test rows, 2-shot from 200 train rows, max_gen_toks {args.max_gen_toks}; "
               f"WikiText-shaped: {args.documents} pages, {sum(page_tokens)} tokens ({min(page_tokens)}-{max(page_tokens)}); "
-              f"random GPT-2 4 x 256, 1,024 positions; batch {BATCH}, float32, {os.cpu_count()} cores; "
+              f"random GPT-2 4 x 256, 1,024 positions; batch {BATCH}, float32, {os.cpu_count()} cores, "
+              f"OMP_NUM_THREADS={args.threads or 'unset'}; "
               f"best of {args.repeats}", flush=True)
         best, loads, outputs = {}, [], {}
         for _ in range(args.repeats):
@@ -311,7 +362,7 @@ def main() -> None:
                     else:
                         command, out = setup.ours(names, native)
                     loads.append(load())
-                    seconds, _ = timed(command)
+                    seconds, _ = timed(command, args.threads)
                     key = (names, side)
                     if seconds < best.get(key, float("inf")):
                         best[key] = seconds
@@ -330,6 +381,11 @@ def main() -> None:
                 if row == names:
                     print(f"| {' + '.join(names)} | {side} | {seconds:.1f} | {seconds / reference:.2f}x |")
         print()
+        generations = [r["resps"][0][0] for r in outputs[(rows[0], "lm_eval CLI")]["gsm8k"]["samples"]]
+        lengths = [len(tokenizer.encode(text)) for text in generations]
+        print(f"gsm8k answers (lm_eval's): {min(lengths)}-{max(lengths)} tokens, mean {sum(lengths) / len(lengths):.0f}, "
+              f"{sum(n >= args.max_gen_toks for n in lengths)} of {len(lengths)} ran to max_gen_toks"
+              + (f"; {len(setup.stops)} stop strings added" if args.stops else ""))
         for names in rows:
             theirs = outputs[(names, "lm_eval CLI")]
             for line in compare_outputs(outputs[(names, "ours (lm_eval task type)")], theirs):

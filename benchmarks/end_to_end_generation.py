@@ -326,14 +326,14 @@ def main() -> None:
                         help="OMP_NUM_THREADS for both sides (default 1: on a shared 2-core machine two threads wait "
                              "on each other at every small decode-step operation); 0 leaves torch's default")
     parser.add_argument("--quick", action="store_true", help="16 rows, 4 documents, 32 tokens, 1 round")
-    parser.add_argument("--no_per_task", action="store_true", help="skip the one-task rows")
+    parser.add_argument("--per_task", action="store_true", help="also each task alone (doubles the run time)")
     parser.add_argument("--no_native", action="store_true", help="skip the native-task row")
     parser.add_argument("--stops", action="store_true",
                         help="answers end at different lengths, as a trained model's do (Setup.add_stops)")
     args = parser.parse_args()
     if args.quick:
         args.test, args.documents, args.max_gen_toks, args.repeats = 16, 4, 32, 1
-    rows = [("gsm8k", "wikitext")] + ([] if args.no_per_task else [("gsm8k",), ("wikitext",)])
+    rows = [("gsm8k", "wikitext")] + ([("gsm8k",), ("wikitext",)] if args.per_task else [])
     with tempfile.TemporaryDirectory() as tmp:
         setup = Setup(Path(tmp), args.test, args.documents, args.max_gen_toks)
         if args.stops:

@@ -3,8 +3,10 @@ catwalk::calculate_metrics against lm-evaluation-harness's own CLI, on the same 
 prompts (issue 34, item 5).
 
     pip install -e ".[bench]"
-    python benchmarks/end_to_end_generation.py           # about 5 minutes on 2 cores
-    python benchmarks/end_to_end_generation.py --quick   # a smoke run, about 1.5 minutes
+    python benchmarks/end_to_end_generation.py             # about 5 minutes on 2 cores
+    python benchmarks/end_to_end_generation.py --per_task  # each task alone too: about 10 minutes
+    python benchmarks/end_to_end_generation.py --stops     # answers ending at different lengths
+    python benchmarks/end_to_end_generation.py --quick     # a smoke run, about 1 minute
 
 Data, generated here (no download) as jsonl files: GSM8K-shaped rows (``question``, ``answer``
 with reasoning lines, ``<<a*b=c>>`` calculations and ``#### <number>``; real GSM8K's lengths:
@@ -33,16 +35,24 @@ with **1,024 positions** (``n_positions=1024``) so that 2-shot prompts (~300-500
 generated tokens fit without truncation. A random model rarely says ``Question:``, so each
 generation runs its whole budget, on both sides alike.
 
-Timing: each command in a fresh process, from start-up to metrics; in each of ``--repeats``
-rounds the sides take turns, and the best of the rounds is reported (on a shared machine the
-load weighs on both). Rows: both tasks in one command, then each task alone (so the table shows
-whether generation or perplexity dominates). Then the outputs are compared: GSM8K's two
-exact-match metrics, every generation (lm-eval's ``--log_samples`` against our records) and
-WikiText's ``word_perplexity``.
+Timing: each command in a fresh process, from start-up to metrics, with ``OMP_NUM_THREADS``
+``--threads`` (default 1) on both sides: on a shared 2-core machine, two torch threads wait on
+each other at every small operation of a decode step (350 ms a step at load 2.5, against 21 ms
+with one thread, both sides alike). In each of ``--repeats`` rounds the sides take turns, and the
+best of the rounds is reported (the load then weighs on both). Rows: both tasks in one command
+(ours with the lm_eval task type, lm_eval's CLI, ours with the native tasks); with
+``--per_task`` each task alone too (whether generation or perplexity dominates). Then the
+outputs are compared: GSM8K's two exact-match metrics, every generation (lm-eval's
+``--log_samples`` against our records) and WikiText's ``word_perplexity``.
 
-``--phases``: where the time goes, in separate fresh processes: the start-up (``import`` of
-each side's entry point), lm-evaluation-harness's TaskManager indexing, model loading, and the
-whole; see docs/benchmarks.md.
+A random model rarely says a stop string, so its answers run to ``max_gen_toks``: every
+sequence of a batch ends at the same step, and the lever that makes our generation faster
+(finished sequences leave the batch and the cache; lm-eval's batch runs until its last sequence
+stops) has nothing to act on. ``--stops`` adds stop strings to the GSM8K YAML (both sides read
+it) so that answers end at different lengths, as a trained model's do (:meth:`Setup.add_stops`).
+
+Where the time goes: docs/benchmarks.md, "End to end: GSM8K 2-shot + WikiText against the
+lm_eval CLI" (``python -m cProfile`` of each command).
 """
 
 import argparse
@@ -329,7 +339,8 @@ def main() -> None:
     parser.add_argument("--per_task", action="store_true", help="also each task alone (doubles the run time)")
     parser.add_argument("--no_native", action="store_true", help="skip the native-task row")
     parser.add_argument("--stops", action="store_true",
-                        help="answers end at different lengths, as a trained model's do (Setup.add_stops)")
+                        help="answers end at different lengths, as a trained model's do (Setup.add_stops); "
+                             "no native-task row")
     args = parser.parse_args()
     if args.quick:
         args.test, args.documents, args.max_gen_toks, args.repeats = 16, 4, 32, 1
@@ -354,7 +365,8 @@ def main() -> None:
         for _ in range(args.repeats):
             for names in rows:
                 sides = [("ours (lm_eval task type)", False), ("lm_eval CLI", None)]
-                if names == rows[0] and not args.no_native:
+                if names == rows[0] and not args.no_native and not args.stops:  # its prompts are not lm-eval's:
+                    # the stop strings found on lm-eval's would not end its answers alike
                     sides.append(("ours (native tasks)", True))
                 for side, native in sides:
                     if native is None:

@@ -126,7 +126,8 @@ def gsm8k_rows(count: int, seed: int):
         for _ in range(rng.randint(25, 80)):
             r = rng.random()
             words.append(str(rng.randint(2, 99)) if r < 0.08 else rng.choice(ITEMS) if r < 0.15 else rng.choice(FILLER))
-        question = f"{name} has {rng.randint(2, 99)} {item}, " + " ".join(words) + f". How many {item} does {name} have?"
+        question = (f"{name} has {rng.randint(2, 99)} {item}, " + " ".join(words)
+                    + f". How many {item} does {name} have?")
         value, lines = rng.randint(2, 99), []
         for _ in range(rng.randint(2, 6)):
             operand, op = rng.randint(2, 20), rng.choice("+-*")
@@ -152,9 +153,11 @@ def wikitext_pages(count: int, seed: int):
             paragraph = []
             for _ in range(min(words, rng.randint(40, 140))):
                 r = rng.random()
-                paragraph.append(rng.choice([f"{rng.randint(1, 99)} @-@ {rng.choice(WIKI_WORDS)}", f"{rng.randint(1, 9)} @,@ {rng.randint(100, 999)}",
-                                             "(", ")", '"']) if r < 0.04 else rng.choice([",", "."]) if r < 0.14
-                                 else rng.choice(WIKI_WORDS))
+                if r < 0.04:  # (the list is drawn only here: the seeded sequence of draws is the data)
+                    paragraph.append(rng.choice([f"{rng.randint(1, 99)} @-@ {rng.choice(WIKI_WORDS)}",
+                                                 f"{rng.randint(1, 9)} @,@ {rng.randint(100, 999)}", "(", ")", '"']))
+                else:
+                    paragraph.append(rng.choice([",", "."]) if r < 0.14 else rng.choice(WIKI_WORDS))
             words -= len(paragraph)
             parts.append(" " + " ".join(paragraph) + " . \n")
         pages.append({"page": "".join(parts)})
@@ -318,7 +321,8 @@ def compare_outputs(ours, theirs, native=False):
     if "wikitext" in ours:
         a = ours["wikitext"]["metrics"]["word_perplexity"]
         b = theirs["wikitext"]["metrics"]["word_perplexity,none"]
-        lines.append(f"wikitext word_perplexity: ours {a:.6f}, lm_eval {b:.6f} (relative difference {abs(a - b) / b:.1e})")
+        lines.append(f"wikitext word_perplexity: ours {a:.6f}, lm_eval {b:.6f} "
+                     f"(relative difference {abs(a - b) / b:.1e})")
     return lines
 
 
@@ -357,7 +361,8 @@ def main() -> None:
         tokenizer = AutoTokenizer.from_pretrained(setup.model)
         page_tokens = [len(tokenizer.encode(json.loads(line)["page"])) for line in setup.pages.read_text().splitlines()]
         print(f"GSM8K-shaped: {args.test} test rows, 2-shot from 200 train rows, max_gen_toks {args.max_gen_toks}; "
-              f"WikiText-shaped: {args.documents} pages, {sum(page_tokens)} tokens ({min(page_tokens)}-{max(page_tokens)}); "
+              f"WikiText-shaped: {args.documents} pages, {sum(page_tokens)} tokens "
+              f"({min(page_tokens)}-{max(page_tokens)}); "
               f"random GPT-2 4 x 256, 1,024 positions; batch {BATCH}, float32, {os.cpu_count()} cores, "
               f"OMP_NUM_THREADS={args.threads or 'unset'}; "
               f"best of {args.repeats}", flush=True)
@@ -395,7 +400,8 @@ def main() -> None:
         print()
         generations = [r["resps"][0][0] for r in outputs[(rows[0], "lm_eval CLI")]["gsm8k"]["samples"]]
         lengths = [len(tokenizer.encode(text)) for text in generations]
-        print(f"gsm8k answers (lm_eval's): {min(lengths)}-{max(lengths)} tokens, mean {sum(lengths) / len(lengths):.0f}, "
+        print(f"gsm8k answers (lm_eval's, re-encoded): {min(lengths)}-{max(lengths)} tokens, "
+              f"mean {sum(lengths) / len(lengths):.0f}, "
               f"{sum(n >= args.max_gen_toks for n in lengths)} of {len(lengths)} ran to max_gen_toks"
               + (f"; {len(setup.stops)} stop strings added" if args.stops else ""))
         for names in rows:

@@ -87,3 +87,27 @@ def test_the_shots_are_in_the_records_the_metrics_and_the_table(include_path):
     table = TabulateMetricsStep(metrics={}).run(metrics={"own": metrics, "zero": zero})
     assert table.columns[1] == "num_shots" and [row["num_shots"] for row in table.rows] == [1, 0]
     assert "num_shots" not in TabulateMetricsStep(metrics={}).run(metrics={"zero": zero}).columns
+
+
+def test_a_task_of_the_include_path_is_read_without_scanning_the_built_in_tasks(include_path, monkeypatch):
+    """With ``include_defaults`` left on, a task YAML of ``include_path``'s own is found in the
+    index of ``include_path`` alone (seconds of scanning lm-evaluation-harness's ~13,000 built-in
+    YAMLs saved), with the same config, instances and cache key as under the full index."""
+    from catwalk_steps.tasks import lm_eval_bridge
+
+    asked = []
+
+    def recording(path, include_defaults):
+        asked.append(include_defaults)
+        return task_manager(path, include_defaults)
+
+    monkeypatch.setattr(lm_eval_bridge, "task_manager", recording)
+    task = LmEvalTask(task="local_arith_2shot", include_path=include_path)
+    split = task.splits[-1]
+    instances = task.instances(split, limit=4)
+    assert asked and not any(asked)  # only the include_path's own index
+    full = task_manager(str(Path(include_path).resolve()), True)
+    assert task.config == lm_eval_bridge.task_config(full, "local_arith_2shot")
+    explicit = LmEvalTask(task="local_arith_2shot", include_path=include_path, include_defaults=False)
+    assert instances == explicit.instances(split, limit=4)
+    assert task.det_hash_object() == explicit.det_hash_object()

@@ -116,7 +116,8 @@ def test_an_answer_longer_than_the_window_is_refused_before_training(tmp_path, w
 
 
 @pytest.mark.parametrize("kind, overrides, message", [
-    ("multiple_choice", {"val_metric": "exact_match"}, "val_metric must be one of accuracy, loss"),
+    ("multiple_choice", {"val_metric": "exact_match"}, r"val_metric must be one of accuracy \(acc\), loss"),
+    ("multiple_choice", {"val_metric": "acc_norm"}, "validation measures the exact accuracy of ranking choices"),
     ("generate_until", {"val_metric": "accuracy"}, "choose loss or one of its metrics: exact_match, f1"),
     ("generate_until", {"val_metric": "exact_match", "strategy": "fsdp", "device_count": 2}, "cannot do"),
     ("generate_until", {"val_metric": "exact_match", "validation_split": None}, "needs a validation_split"),
@@ -130,6 +131,7 @@ def test_bad_validation_settings_are_refused(tiny_task, tool_answers, kind, over
 def test_naming_the_default_val_metric_keeps_the_key(tiny_task, tool_answers):
     assert finetune(tool_answers, val_metric="loss").unique_id == finetune(tool_answers).unique_id
     assert finetune(tiny_task, val_metric="accuracy").unique_id == finetune(tiny_task).unique_id
+    assert finetune(tiny_task, val_metric="acc").unique_id == finetune(tiny_task).unique_id  # the same number
     assert finetune(tool_answers, val_metric="exact_match").unique_id != finetune(tool_answers).unique_id
 
 

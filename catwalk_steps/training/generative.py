@@ -39,6 +39,8 @@ MULTIPLE_CHOICE, GENERATIVE = MultipleChoice.name, Generation.name
 VAL_METRICS = {MULTIPLE_CHOICE: ("accuracy", "loss"), GENERATIVE: ("loss", "exact_match")}
 #: Their names in validation records (and ``training_metrics``).
 RECORD_KEYS = {"accuracy": "val_acc", "loss": "val_loss", "exact_match": "val_exact_match"}
+#: Other names of those numbers: a multiple-choice task reports its accuracy as ``acc``.
+ALIASES = {MULTIPLE_CHOICE: {"acc": "accuracy"}, GENERATIVE: {}}
 
 Example = Dict[str, Any]
 
@@ -89,15 +91,18 @@ def check_val_metric(kwargs: Dict[str, Any]) -> None:
     # A task that another step makes is known when this step runs: run() checks it then.
     tasks = [task for task in kwargs.get("tasks") or [] if not isinstance(task, Step)]
     kind = training_kind(tasks)
-    val_metric = kwargs.get("val_metric")
+    val_metric = ALIASES[kind].get(kwargs.get("val_metric"), kwargs.get("val_metric"))
     if val_metric is None or not tasks:
         return
     if generated_metric(kind, val_metric):
         for task in tasks:
             task_metric(task, val_metric)
     elif val_metric not in VAL_METRICS[kind]:
+        names = [name + "".join(f" ({alias})" for alias, of in ALIASES[kind].items() if of == name)
+                 for name in VAL_METRICS[kind]]
         raise ConfigurationError(
-            f"val_metric must be one of {', '.join(VAL_METRICS[kind])} for {kind} tasks, got {val_metric!r}"
+            f"val_metric must be one of {', '.join(names)} for {kind} tasks, got {val_metric!r}: validation measures "
+            "the exact accuracy of ranking choices by summed log-likelihood, and the loss"
         )
     if kwargs.get("validation_split", "validation") is None:
         raise ConfigurationError("val_metric needs a validation_split to measure")

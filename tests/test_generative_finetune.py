@@ -117,7 +117,7 @@ def test_an_answer_longer_than_the_window_is_refused_before_training(tmp_path, w
 
 @pytest.mark.parametrize("kind, overrides, message", [
     ("multiple_choice", {"val_metric": "exact_match"}, r"val_metric must be one of accuracy \(acc\), loss"),
-    ("multiple_choice", {"val_metric": "acc_norm"}, "validation measures the exact accuracy of ranking choices"),
+    ("multiple_choice", {"val_metric": "brier"}, "validation ranks choices by summed log-likelihood, per character"),
     ("generate_until", {"val_metric": "accuracy"}, "choose loss or one of its metrics: exact_match, f1"),
     ("generate_until", {"val_metric": "exact_match", "strategy": "fsdp", "device_count": 2}, "cannot do"),
     ("generate_until", {"val_metric": "exact_match", "validation_split": None}, "needs a validation_split"),
@@ -203,6 +203,26 @@ def test_validation_by_exact_match_is_what_evaluating_the_weights_gives(tool_ans
     predictions = PredictStep(model=step, task=tool_answers, limit=32, step_name="predict")
     metrics = CalculateMetricsStep(predictions=predictions, step_name="metrics").result(workspace)
     assert metrics["exact_match"] == best["val_exact_match"]
+
+
+@pytest.mark.parametrize("metric", ["acc_norm", "acc_per_token"])
+def test_validation_by_a_normalised_accuracy_is_what_evaluating_the_weights_gives(tiny_task, metric, tmp_path):
+    """A multiple-choice accuracy other than acc chooses the weights: each validation records it,
+    the best by it is returned, and it is the one catwalk::predict and catwalk::calculate_metrics
+    give for the returned model (on the whole validation split, where the two differ from acc)."""
+    from catwalk_steps import CalculateMetricsStep, PredictStep
+
+    workspace = LocalWorkspace(tmp_path)
+    step = finetune(tiny_task, val_metric=metric, validation_limit=None, train_limit=16)
+    result = step.result(workspace)
+    validations = result.training_metrics["history"]["validations"]
+    key = f"val_{metric}"
+    assert all(key in v for v in validations) and result.training_metrics[key] == max(v[key] for v in validations)
+    predictions = PredictStep(model=step, task=tiny_task, step_name="predict")
+    metrics = CalculateMetricsStep(predictions=predictions, step_name="metrics").result(workspace)
+    assert metrics[metric] == pytest.approx(result.training_metrics[key])
+    assert metrics["acc"] == pytest.approx(result.training_metrics["val_acc"])
+    assert any(v[key] != v["val_acc"] for v in validations)  # a different number from acc
 
 
 def test_the_lowest_loss_is_the_best_and_patience_watches_it():

@@ -61,20 +61,30 @@ class RankClassificationModel(Model):
         return self.lm.get_base_model() if isinstance(self.lm, PeftModel) else self.lm
 
     def forward(
-        self, choice_instance: torch.Tensor, choice_index: torch.Tensor, labels: torch.Tensor, **queries: torch.Tensor
+        self, choice_instance: torch.Tensor, choice_index: torch.Tensor, labels: torch.Tensor,
+        choice_lengths: Optional[torch.Tensor] = None, **queries: torch.Tensor
     ) -> Dict[str, torch.Tensor]:
         """``loss``: the mean over instances of the cross-entropy over their choices' summed
-        log-likelihoods; ``losses`` and ``correct``: per instance. ``queries``: the tensors of
-        :func:`.scoring.collate_queries` or, for shared contexts, of :func:`.shared_context.collate_shared`."""
+        log-likelihoods; ``losses`` and ``correct``: per instance; with ``choice_lengths`` (each
+        choice's answer characters and tokens), also ``correct_norm`` and ``correct_per_token``,
+        the picks of ``acc_norm`` and ``acc_per_token`` (:mod:`..reports.accuracy`). ``queries``: the
+        tensors of :func:`.scoring.collate_queries` or, for shared contexts, of
+        :func:`.shared_context.collate_shared`."""
         lm = self.scoring_lm
         if "context_ids" in queries:
             logliks = shared_context_logliks(lm, **queries)
         else:
             logliks = continuation_logliks(lm, **queries)
-        scores = logliks.new_full((labels.shape[0], int(choice_index.max()) + 1), float("-inf"))
-        scores = scores.index_put((choice_instance, choice_index), logliks)
+        width = (labels.shape[0], int(choice_index.max()) + 1)
+        scores = logliks.new_full(width, float("-inf")).index_put((choice_instance, choice_index), logliks)
         losses = F.cross_entropy(scores, labels, reduction="none")
-        return {"loss": losses.mean(), "losses": losses.detach(), "correct": scores.argmax(-1) == labels}
+        outputs = {"loss": losses.mean(), "losses": losses.detach(), "correct": scores.argmax(-1) == labels}
+        if choice_lengths is not None:  # in float64, as the metrics divide
+            for name, lengths in zip(("correct_norm", "correct_per_token"), choice_lengths.double()):
+                ranked = torch.full(width, float("-inf"), dtype=torch.float64, device=logliks.device)
+                ranked = ranked.index_put((choice_instance, choice_index), logliks.detach().double() / lengths)
+                outputs[name] = ranked.argmax(-1) == labels
+        return outputs
 
 
 class RankClassificationCollator(DataCollator[Dict[str, Any]]):
@@ -113,4 +123,7 @@ class RankClassificationCollator(DataCollator[Dict[str, Any]]):
             [choice for item in items for choice in range(len(item["queries"]))], dtype=torch.long
         )
         batch["labels"] = torch.tensor([item["label"] for item in items], dtype=torch.long)
+        if all("num_chars" in item for item in items):
+            chars = [n for item in items for n in item["num_chars"]]
+            batch["choice_lengths"] = torch.tensor([chars, [len(q.continuation) for q in queries]], dtype=torch.float64)
         return batch

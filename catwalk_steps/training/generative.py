@@ -36,9 +36,12 @@ if TYPE_CHECKING:
 
 MULTIPLE_CHOICE, GENERATIVE = MultipleChoice.name, Generation.name
 #: The validation numbers that may choose the best weights, per kind of task; the first is the default.
-VAL_METRICS = {MULTIPLE_CHOICE: ("accuracy", "loss"), GENERATIVE: ("loss", "exact_match")}
+VAL_METRICS = {MULTIPLE_CHOICE: ("accuracy", "loss", "acc_norm", "acc_per_token"), GENERATIVE: ("loss", "exact_match")}
 #: Their names in validation records (and ``training_metrics``).
 RECORD_KEYS = {"accuracy": "val_acc", "loss": "val_loss", "exact_match": "val_exact_match"}
+#: The model's outputs (:class:`..models.rank_classification.RankClassificationModel`) that say
+#: which instances a multiple-choice accuracy other than ``acc`` gets right, by record key.
+CHOICE_PICKS = {"val_acc_norm": "correct_norm", "val_acc_per_token": "correct_per_token"}
 #: Other names of those numbers: a multiple-choice task reports its accuracy as ``acc``.
 ALIASES = {MULTIPLE_CHOICE: {"acc": "accuracy"}, GENERATIVE: {}}
 
@@ -101,8 +104,8 @@ def check_val_metric(kwargs: Dict[str, Any]) -> None:
         names = [name + "".join(f" ({alias})" for alias, of in ALIASES[kind].items() if of == name)
                  for name in VAL_METRICS[kind]]
         raise ConfigurationError(
-            f"val_metric must be one of {', '.join(names)} for {kind} tasks, got {val_metric!r}: validation measures "
-            "the exact accuracy of ranking choices by summed log-likelihood, and the loss"
+            f"val_metric must be one of {', '.join(names)} for {kind} tasks, got {val_metric!r}: validation ranks "
+            "choices by summed log-likelihood, per character and per token, and measures the loss"
         )
     if kwargs.get("validation_split", "validation") is None:
         raise ConfigurationError("val_metric needs a validation_split to measure")

@@ -39,7 +39,7 @@ from ..tracking.training import TrainingTracker
 from .batches import BatchPlan
 from .callbacks import Callbacks, EngineView, build_callbacks, should_stop
 from .checkpoints import CHECKPOINTS, CheckpointStore, Progress
-from .generative import answer_validation_sums, generated_scores, loss_divisor
+from .generative import CHOICE_PICKS, answer_validation_sums, generated_scores, loss_divisor
 from .gradients import clip_gradients
 from .optimizers import build_optimizer, build_schedule
 from .result import write_result
@@ -151,7 +151,8 @@ def validate(
     assert job.validation is not None
     model.eval()
     shard = job.validation[rank::world_size]
-    sums = torch.zeros(3, dtype=torch.float64, device=device)  # correct, loss, count
+    sums = torch.zeros(4, dtype=torch.float64, device=device)  # correct, loss, count, correct as selected
+    picks = CHOICE_PICKS.get(job.selected)  # a multiple-choice accuracy other than acc chooses the weights
     # Every worker runs as many forward passes (FSDP gathers parameters in each); one whose
     # shard is shorter scores a stand-in batch and drops its numbers.
     longest_shard = -(-len(job.validation) // world_size)
@@ -164,17 +165,20 @@ def validate(
         if items and callbacks:
             callbacks.post_val_batch(step, val_step, epoch, outputs)
         if items and job.generative:
-            sums += answer_validation_sums(outputs).to(sums)
+            sums[:3] += answer_validation_sums(outputs).to(sums)
         elif items:
-            counts = [outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items), device=device)]
+            selected = outputs[picks] if picks else outputs["correct"]
+            counts = [outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items), device=device),
+                      selected.sum()]
             sums += torch.stack(counts).to(sums)
     if job.task_metrics:  # greedy generations, scored by each task's rule
         sums[0] = generated_scores(model.scoring_lm, job.conventions, job.tasks, job.task_metrics, shard,
                                    job.max_length, job.plan.micro_batch_size)
-    correct, loss, count = _sum_over_workers(sums).tolist()
+    correct, loss, count, selected_correct = _sum_over_workers(sums).tolist()
     model.train()
     if not job.generative:
-        return {"val_acc": correct / count, "val_loss": loss / count}
+        return {"val_acc": correct / count, "val_loss": loss / count,
+                **({job.selected: selected_correct / count} if picks else {})}
     scores = {"val_loss": loss / count}  # per answer token
     if job.task_metrics:
         scores[job.selected] = correct / sum(example["instance"] is not None for example in job.validation)

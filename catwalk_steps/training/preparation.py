@@ -28,13 +28,15 @@ if TYPE_CHECKING:
 
 def tokenized_examples(conventions: "TokenConventions", instances: List[MCInstance], desc: str) -> List[Dict[str, Any]]:
     """Multiple-choice instances as the rank-classification loss takes them: each choice's
-    (context, continuation) token ids, encoded as scoring encodes them, and the gold choice."""
+    (context, continuation) token ids, encoded as scoring encodes them, its answer's characters
+    (what ``acc_norm`` divides by) and the gold choice."""
     return [
         {
             "queries": [
                 (list(query.context), list(query.continuation))
                 for query in (conventions.pair(context, c) for context, c in instance.pairs())
             ],
+            "num_chars": instance.answer_lengths(),
             "label": instance.label,
         }
         for instance in Tqdm.tqdm(instances, desc=desc)

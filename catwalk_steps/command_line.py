@@ -103,21 +103,14 @@ def offered_tasks() -> Dict[str, str]:
 
     offered = {}
     for name in Task.list_available():
+        task_class, constructor = Task.resolve_class_name(name)
+        init = getattr(task_class, constructor) if constructor else task_class.__init__
         needs = [
-            p.name for p in task_parameters(name)
+            p.name for p in list(inspect.signature(init).parameters.values())[1:]
             if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "data_files"
         ]
         offered[name] = ", ".join(needs)
     return offered
-
-
-def task_parameters(name: str) -> List[inspect.Parameter]:
-    """The settings the registered task ``name`` takes."""
-    from .tasks import Task
-
-    task_class, constructor = Task.resolve_class_name(name)
-    init = getattr(task_class, constructor) if constructor else task_class.__init__
-    return list(inspect.signature(init).parameters.values())[1:]
 
 
 def resolve_tasks(

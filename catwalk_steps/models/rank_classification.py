@@ -66,8 +66,9 @@ class RankClassificationModel(Model):
     ) -> Dict[str, torch.Tensor]:
         """``loss``: the mean over instances of the cross-entropy over their choices' summed
         log-likelihoods; ``losses`` and ``correct``: per instance; with ``choice_lengths`` (each
-        choice's answer characters and tokens), also ``correct_norm`` and ``correct_per_token``,
-        the picks of ``acc_norm`` and ``acc_per_token`` (:mod:`..reports.accuracy`). ``queries``: the
+        choice's answer characters and tokens) in eval mode (validation), also ``correct_norm``
+        and ``correct_per_token``, the picks of ``acc_norm`` and ``acc_per_token``
+        (:mod:`..reports.accuracy`). ``queries``: the
         tensors of :func:`.scoring.collate_queries` or, for shared contexts, of
         :func:`.shared_context.collate_shared`."""
         lm = self.scoring_lm
@@ -79,7 +80,7 @@ class RankClassificationModel(Model):
         scores = logliks.new_full(width, float("-inf")).index_put((choice_instance, choice_index), logliks)
         losses = F.cross_entropy(scores, labels, reduction="none")
         outputs = {"loss": losses.mean(), "losses": losses.detach(), "correct": scores.argmax(-1) == labels}
-        if choice_lengths is not None:  # in float64, as the metrics divide
+        if choice_lengths is not None and not self.training:  # in float64, as the metrics divide
             for name, lengths in zip(("correct_norm", "correct_per_token"), choice_lengths.double()):
                 ranked = torch.full(width, float("-inf"), dtype=torch.float64, device=logliks.device)
                 ranked = ranked.index_put((choice_instance, choice_index), logliks.detach().double() / lengths)

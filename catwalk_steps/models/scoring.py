@@ -139,17 +139,11 @@ def group_parts(
     split into parts of at most ``max_batch_size`` queries whose context and padded continuations
     fit ``max_batch_tokens``: every document's first rolling window shares the one prefix token,
     and a group of long windows would otherwise be one forward pass many windows wide. A group
-    that fits stays whole and in order; one that does not is ordered longest first, so that each
-    part pads to a length like its own."""
+    that fits stays whole and in order; one that does not is packed as :func:`budget_batches`
+    packs queries, in what the context leaves of the budget."""
     if len(members) <= max_batch_size and context + len(members) * max(lengths) <= max_batch_tokens:
         return [members]
-    parts: List[List[int]] = []
-    for k in sorted(range(len(members)), key=lambda k: -lengths[k]):
-        if not parts or len(parts[-1]) == max_batch_size or context + (len(parts[-1]) + 1) * widest > max_batch_tokens:
-            parts.append([])
-            widest = lengths[k]
-        parts[-1].append(members[k])
-    return parts
+    return [[members[k] for k in part] for part in budget_batches(lengths, max_batch_size, max_batch_tokens - context)]
 
 
 @torch.inference_mode()

@@ -58,13 +58,12 @@ def work_of(requests: Any, finetuned: Optional[FinetunedModel]) -> str:
 def predictions(plan: PredictionPlan) -> Records:
     """One JSON-safe record per instance of the plan's split (see ``catwalk::predict``), each
     with its request kind (``kind``) and the shots its prompt holds (``num_shots``)."""
-    records = _records(plan)
-    kind, shots = kind_of_task(plan.task).name, getattr(plan.task, "num_shots", 0)
-    return [{**record, "kind": kind, "num_shots": shots} for record in records]
-
-
-def _records(plan: PredictionPlan) -> Records:
     kind = kind_of_task(plan.task)
+    shots = getattr(plan.task, "num_shots", 0)
+    return [{**record, "kind": kind.name, "num_shots": shots} for record in _records(plan, kind)]
+
+
+def _records(plan: PredictionPlan, kind: RequestKind) -> Records:
     # A bad data file fails at the instances, before anything is loaded; only a chat template
     # needs the tokenizer first, to write the prompts.
     if plan.chat is None:

@@ -60,7 +60,6 @@ def perplexity_records(
     return records
 
 
-
 def causal_only(setting: RequestSetting) -> None:
     """Rolling windows and scored targets are computed for causal language models only."""
     if setting.config.is_encoder_decoder:

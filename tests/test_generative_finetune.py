@@ -225,6 +225,21 @@ def test_validation_by_a_normalised_accuracy_is_what_evaluating_the_weights_give
     assert any(v[key] != v["val_acc"] for v in validations)  # a different number from acc
 
 
+@pytest.mark.ddp
+@pytest.mark.full
+def test_validation_by_acc_norm_chooses_the_same_weights_on_one_and_two_workers(tiny_task, tmp_path):
+    """Dropout on (the tiny model's default), accumulation (micro-batches of 2 in batches of 8) and
+    a partial last batch (20 examples): each worker's share of the per-character picks adds up to
+    the one worker's, so the validations, the chosen step and the weights agree."""
+    results = {n: finetune(tiny_task, n, val_metric="acc_norm", validation_limit=None).result(
+        LocalWorkspace(tmp_path / str(n))) for n in (1, 2)}
+    one, two = (results[n].training_metrics for n in (1, 2))
+    history = {n: [(v["step"], v["val_acc_norm"]) for v in results[n].training_metrics["history"]["validations"]]
+               for n in (1, 2)}
+    assert history[1] == history[2] and one["step"] == two["step"] and one["val_acc_norm"] == two["val_acc_norm"]
+    assert largest_difference(results[1].state_dict, results[2].state_dict) < WEIGHT_TOLERANCE
+
+
 def test_the_lowest_loss_is_the_best_and_patience_watches_it():
     from catwalk_steps.training.callbacks import should_stop
     from catwalk_steps.training.checkpoints import Progress

@@ -1,8 +1,9 @@
 """Greedy generation speed: ours against lm-evaluation-harness's HFLM, same model, same prompts,
-same generation_kwargs, 32 per batch on CPU, the outputs checked to be identical.
+same generation_kwargs, 32 per batch, the outputs checked to be identical.
 
     pip install -e ".[bench]"
     python benchmarks/generation.py            # --quick for a smoke run
+    python benchmarks/generation.py --device cuda --dtype float32 bfloat16 --shape gpt2-small  # gpu_check.sh
 
 Model: the randomly initialised GPT-2 of benchmarks/scoring.py (4 layers, 256 wide, 512
 positions, the real GPT-2 BPE tokenizer). Prompts: GSM8K-shaped questions of many lengths
@@ -20,6 +21,14 @@ sequences end at different steps, as a real model's answers do.
 ``--bos``: a random Llama of the same size (RoPE, grouped-query attention) with Mistral-7B v0.1's
 BOS-adding SentencePiece tokenizer (the ``mistral-common`` wheel's), so both generators encode
 each prompt with BOS (lm-eval 0.4.13's default, our ``models/conventions.py``).
+
+``--device cuda`` (issue 34, item 3): the same on a GPU, once per ``--dtype`` (both generators
+load the model in it), at ``--shape`` (``gpt2-small``: 12 layers, 768 wide, 1,024 positions),
+each timed after a warm-up batch with the device synchronised. Every row gives the wall time,
+tokens/s (the tokens of the generations as kept, re-encoded: the same count for both) and how
+many of the strings differ. In bfloat16 a string can differ where a decision's two best logits
+are within rounding of each other, as rows are batched differently (ours drops finished rows);
+the row then says so, with the smallest such margin of ours.
 
 Each runs in a fresh process (best of ``--repeats``); the table goes to stdout.
 """
@@ -48,50 +57,68 @@ def requests(count: int, max_gen_toks: int, seed: int = 0):
     return prompts
 
 
-def ours(directory: Path, prompts, stops, max_gen_toks: int):
+def ours(directory: Path, prompts, stops, max_gen_toks: int, device: str = "cpu", dtype: str = "float32"):
+    import torch
+
     from catwalk_steps.models.generation import GenerationRequest, generate_greedy
     from catwalk_steps.models.loading import ModelSpec
     from catwalk_steps.models.weights import load_pretrained
 
     spec = ModelSpec.parse(f"rc::{directory}")
-    conventions, lm = spec.conventions(), load_pretrained(spec).eval()
+    conventions = spec.conventions()
+    lm = load_pretrained(spec, getattr(torch, dtype)).to(device).eval()
     batch = [GenerationRequest(conventions.prompt(p), tuple(s), max_gen_toks) for p, s in zip(prompts, stops)]
 
-    def run():
-        out = generate_greedy(lm, conventions, batch, pad_token_id=conventions.pad_token_id, max_length=512,
+    def run(only=None):
+        out = generate_greedy(lm, conventions, batch[:only], pad_token_id=conventions.pad_token_id, max_length=512,
                               max_batch_size=32)
-        return [g["text"] for g in out]
+        return [g["text"] for g in out], [g["margin"] for g in out]
 
     return run
 
 
-def lm_eval(directory: Path, prompts, stops, max_gen_toks: int):
+def lm_eval(directory: Path, prompts, stops, max_gen_toks: int, device: str = "cpu", dtype: str = "float32"):
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
 
-    harness = HFLM(pretrained=str(directory), device="cpu", batch_size=32, dtype="float32", max_length=512)
+    harness = HFLM(pretrained=str(directory), device=device, batch_size=32, dtype=dtype, max_length=512)
     batch = [Instance(request_type="generate_until", doc={}, idx=0,
                       arguments=(p, {"until": list(s), "max_gen_toks": max_gen_toks, "do_sample": False}))
              for p, s in zip(prompts, stops)]
-    return lambda: harness.generate_until(batch, disable_tqdm=True)
+    return lambda only=None: (harness.generate_until(batch[:only], disable_tqdm=True), None)
 
 
-def measure(directory: Path, which: str, count: int, max_gen_toks: int, repeats: int) -> None:
-    """One generator in this process: prints its best wall time and its outputs as JSON."""
+def measure(directory: Path, which: str, count: int, max_gen_toks: int, repeats: int, device: str,
+            dtype: str) -> None:
+    """One generator in this process: prints its best wall time, its outputs (and our margins)
+    and the tokens they hold as JSON. On a GPU, one batch first warms up kernels and allocator,
+    and each timing waits for the device."""
+    import torch
+    from transformers import AutoTokenizer
+
     stops = json.loads((directory / "stops.json").read_text())
-    run = {"ours": ours, "lm-eval": lm_eval}[which](directory, requests(count, max_gen_toks), stops, max_gen_toks)
-    best, outputs = float("inf"), None
+    run = {"ours": ours, "lm-eval": lm_eval}[which](directory, requests(count, max_gen_toks), stops, max_gen_toks,
+                                                     device, dtype)
+    synchronize = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    if device.startswith("cuda"):
+        run(32)
+    best, outputs, margins = float("inf"), None, None
     for _ in range(repeats):
+        synchronize()
         start = time.perf_counter()
-        outputs = run()
+        outputs, margins = run()
+        synchronize()
         best = min(best, time.perf_counter() - start)
-    print(json.dumps({"seconds": best, "outputs": outputs}))
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    tokens = sum(len(tokenizer(text, add_special_tokens=False).input_ids) for text in outputs)
+    print(json.dumps({"seconds": best, "outputs": outputs, "margins": margins, "tokens": tokens}))
 
 
-def stop_words(directory: Path, count: int, max_gen_toks: int) -> None:
-    """Each prompt's stop string: a word of its own uncut greedy continuation, at a seeded place."""
+def stop_words(directory: Path, count: int, max_gen_toks: int, device: str) -> None:
+    """Each prompt's stop string: a word of its own uncut greedy continuation (float32), at a
+    seeded place."""
     prompts = requests(count, max_gen_toks)
-    uncut = ours(directory, prompts, [[] for _ in prompts], max_gen_toks)()
+    uncut = ours(directory, prompts, [[] for _ in prompts], max_gen_toks, device)()[0]
     rng = random.Random(1)
     stops = []
     for text in uncut:
@@ -119,34 +146,53 @@ def build_bos_model(directory: Path) -> Path:
     return directory
 
 
+def compare(directory: Path, args, dtype: str, repeats: int) -> None:
+    """Both generators in fresh processes on ``args.device`` in ``dtype``: a table row each."""
+    found = {}
+    for which in ("ours", "lm-eval"):
+        command = [sys.executable, __file__, "--measure", which, "--directory", str(directory), "--device",
+                   args.device, "--dtype", dtype, "--count", str(args.count), "--max_gen_toks",
+                   str(args.max_gen_toks), "--repeats", str(repeats)]
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        found[which] = json.loads(out.strip().splitlines()[-1])
+    mine, theirs = found["ours"]["outputs"], found["lm-eval"]["outputs"]
+    differing = [k for k, (a, b) in enumerate(zip(mine, theirs)) if a != b]
+    closest = min((found["ours"]["margins"][k] for k in differing), default=None)
+    for which in ("ours", "lm-eval"):
+        seconds = found[which]["seconds"]
+        print(f"| {args.device} | {dtype} | {which} | {seconds:.2f} | {found['ours']['tokens'] / seconds:.0f} | "
+              f"{found['ours']['seconds'] / seconds:.2f}x | {len(differing)} of {len(mine)}"
+              + (f" (smallest margin of ours among them {closest:.3g})" if differing else "") + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--bos", action="store_true", help="a Llama with Mistral's BOS-adding tokenizer")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", nargs="+", default=["float32"], choices=["float32", "bfloat16"])
+    parser.add_argument("--shape", default="tiny", help="a shape of benchmarks/scoring.py (GPT-2 only)")
+    parser.add_argument("--count", type=int, help="prompts (default 128; --quick 32)")
+    parser.add_argument("--max_gen_toks", type=int, help="token budget (default 64; --quick 16)")
+    parser.add_argument("--repeats", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     parser.add_argument("--directory", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    count, max_gen_toks, repeats = (32, 16, 1) if args.quick else (128, 64, 2)
+    args.count = args.count or (32 if args.quick else 128)
+    args.max_gen_toks = args.max_gen_toks or (16 if args.quick else 64)
+    repeats = args.repeats or (1 if args.quick else 2)
     if args.measure:
-        measure(Path(args.directory), args.measure, count, max_gen_toks, repeats)
+        measure(Path(args.directory), args.measure, args.count, args.max_gen_toks, repeats, args.device, args.dtype[0])
         return
     with tempfile.TemporaryDirectory() as tmp:
-        directory = build_bos_model(Path(tmp)) if args.bos else build_model(Path(tmp))
-        stop_words(directory, count, max_gen_toks)
-        found = {}
-        for which in ("ours", "lm-eval"):
-            out = subprocess.run([sys.executable, __file__, "--measure", which, "--directory", str(directory)],
-                                 capture_output=True, text=True, check=True).stdout
-            found[which] = json.loads(out.strip().splitlines()[-1])
-    same = found["ours"]["outputs"] == found["lm-eval"]["outputs"]
-    differing = sum(a != b for a, b in zip(found["ours"]["outputs"], found["lm-eval"]["outputs"]))
-    model = "Llama, Mistral's BOS-adding tokenizer" if args.bos else "GPT-2, GPT-2's tokenizer"
-    print(f"{model}; {count} prompts, max_gen_toks {max_gen_toks}, batch 32, CPU float32, best of {repeats}")
-    print("| generator | wall s | ours / this |")
-    print("|---|---|---|")
-    for which in ("ours", "lm-eval"):
-        print(f"| {which} | {found[which]['seconds']:.2f} | {found['ours']['seconds'] / found[which]['seconds']:.2f}x |")
-    print(f"identical outputs: {same} ({differing} of {count} differ)")
+        directory = build_bos_model(Path(tmp)) if args.bos else build_model(Path(tmp), args.shape)
+        stop_words(directory, args.count, args.max_gen_toks, args.device)
+        model = "Llama, Mistral's BOS-adding tokenizer" if args.bos else f"GPT-2 ({args.shape}), GPT-2's tokenizer"
+        print(f"{model}; {args.count} prompts, max_gen_toks {args.max_gen_toks}, batch 32, best of {repeats}")
+        print("| device | dtype | generator | wall s | tokens/s | ours / this | strings differing |")
+        print("|---|---|---|---|---|---|---|")
+        for dtype in args.dtype:
+            compare(directory, args, dtype, repeats)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """``max_batch_tokens`` bounds every forward pass: each pass the model makes while scoring
 (choices sharing a context, perplexity documents longer than the window, greedy targets) or
-generating holds at most that many tokens (rows x padded length; for generation, each row's
+generating holds at most that many tokens (rows x padded positions attended, the key/value cache
+included: choices sharing a context each hold a copy of its cache; for generation, each row's
 prompt and what it has generated so far), a single request longer than the budget alone in its
 batch the only exception. The numbers stay those of unbounded batches."""
 
@@ -50,6 +51,11 @@ def tokens(shape) -> int:
     return shape[0] * shape[1]
 
 
+def held(seen_pass: dict) -> int:
+    """The positions a pass attends to: its mask's (its cache's and its own), else its inputs'."""
+    return tokens(seen_pass.get("attention_mask", seen_pass["input_ids"]))
+
+
 def test_scoring_passes_hold_at_most_the_budget(tiny):
     conventions, lm = tiny
     documents = [" ".join(WORDS[n:] + WORDS * (2 + n % 3)) for n in range(12)]  # 2 to 5 windows each
@@ -61,10 +67,10 @@ def test_scoring_passes_hold_at_most_the_budget(tiny):
     for greedy in (False, True):
         with passes(lm) as seen:
             bounded = score_queries(lm, queries, max_batch_size=32, max_batch_tokens=budget, greedy=greedy, **settings)
-        assert seen and max(tokens(p["input_ids"]) for p in seen) <= budget
+        assert seen and max(held(p) for p in seen) <= budget
         with passes(lm) as seen:
             unbounded = score_queries(lm, queries, greedy=greedy, **UNBOUNDED, **settings)
-        assert max(tokens(p["input_ids"]) for p in seen) > budget  # the budget bites
+        assert max(held(p) for p in seen) > budget  # the budget bites
         if greedy:
             assert [hit for _, hit in bounded] == [hit for _, hit in unbounded]
             bounded, unbounded = [value for value, _ in bounded], [value for value, _ in unbounded]

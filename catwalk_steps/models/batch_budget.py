@@ -84,13 +84,13 @@ def auto_batch_tokens(lm: "PreTrainedModel", device: torch.device, *, max_length
                       workers_sharing: int = 1) -> int:
     """The token budget ``"auto"`` stands for on ``device`` with ``lm`` loaded: ``(1 - MARGIN)``
     of the free memory (split between ``workers_sharing`` workers) over :func:`bytes_per_token`,
-    at least one full-length query and at most what ``max_batch_size`` queries can use
-    (a shared-context batch of them costs at most twice their padded inputs)."""
+    at least one full-length query and at most what ``max_batch_size`` full-length queries can
+    use (choices sharing a context count its cache copies: ``scoring.shared_cost``)."""
     dtype = next(lm.parameters()).dtype
     chunked = output_layer(lm) is not None
     usable = free_memory(device) * (1 - MARGIN) / max(1, workers_sharing) - (_CHUNK_BYTES if chunked else 0)
     budget = int(usable // bytes_per_token(lm.config, dtype, max_length, chunked))
-    return max(max_length + 1, min(budget, 2 * max_batch_size * (max_length + 1)))
+    return max(max_length + 1, min(budget, max_batch_size * (max_length + 1)))
 
 
 def resolved_batch_tokens(setting: Union[int, str], lm: "PreTrainedModel", device: torch.device, **kwargs) -> int:

@@ -136,14 +136,24 @@ def group_parts(
     members: List[int], lengths: Sequence[int], context: int, max_batch_size: int, max_batch_tokens: int
 ) -> List[List[int]]:
     """``members`` (queries sharing a context of ``context`` tokens, continuations of ``lengths``)
-    split into parts of at most ``max_batch_size`` queries whose context and padded continuations
-    fit ``max_batch_tokens``: every document's first rolling window shares the one prefix token,
-    and a group of long windows would otherwise be one forward pass many windows wide. A group
-    that fits stays whole and in order; one that does not is packed as :func:`budget_batches`
-    packs queries, in what the context leaves of the budget."""
-    if len(members) <= max_batch_size and context + len(members) * max(lengths) <= max_batch_tokens:
+    split into parts of at most ``max_batch_size`` queries that fit ``max_batch_tokens`` as
+    :func:`shared_cost` counts them: every document's first rolling window shares the one prefix
+    token, and a group of long windows would otherwise be one forward pass many windows wide. A
+    group that fits stays whole and in order; one that does not is packed as :func:`budget_batches`
+    packs queries of the context's length and their own."""
+    if len(members) <= max_batch_size and shared_cost(context, lengths) <= max_batch_tokens:
         return [members]
-    return [[members[k] for k in part] for part in budget_batches(lengths, max_batch_size, max_batch_tokens - context)]
+    parts = budget_batches([context + length for length in lengths], max_batch_size, max_batch_tokens)
+    return [[members[k] for k in part] for part in parts]
+
+
+def shared_cost(context: int, lengths: Sequence[int]) -> int:
+    """The tokens a group of continuations of ``lengths`` sharing a context of ``context`` tokens
+    holds at once, as the budget counts them: the context is computed once, but its key/value
+    cache is copied for every continuation (:mod:`.shared_context`), so each continuation holds
+    ``context`` + its padded length of cache, as it would in a plain batch. Counting the context
+    once would let long contexts with many choices hold several times the budget's memory."""
+    return len(lengths) * (context + max(lengths))
 
 
 @torch.inference_mode()
@@ -201,14 +211,14 @@ def score_queries(
         if progress is not None:
             progress.update(len(scored))
 
-    # A group costs its context once plus every continuation. Batch sizes count queries, so
+    # A group costs its :func:`shared_cost`. Batch sizes count queries, so
     # groups are batched with groups of their own size: one group of 32 continuations sharing
     # "Answer:" must not cut every batch of 2-choice instances down to one instance.
     by_size: Dict[int, List[List[int]]] = {}
     for members in shared:
         by_size.setdefault(len(members), []).append(members)
     for size, alike in sorted(by_size.items(), reverse=True):
-        cost = [len(queries[m[0]].context) + size * max(len(queries[i].continuation) for i in m) for m in alike]
+        cost = [shared_cost(len(queries[m[0]].context), [len(queries[i].continuation) for i in m]) for m in alike]
         for batch in budget_batches(cost, max(1, max_batch_size // size), max_batch_tokens):
             members = [alike[g] for g in batch]
             tensors = collate_shared(

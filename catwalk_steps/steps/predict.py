@@ -133,9 +133,11 @@ class PredictStep(Step):
             default: it doubles the work, and lm-evaluation-harness reports it for few tasks.
         :param max_batch_size: most queries (context, continuation pairs), or prompts being
             generated from, in one forward pass.
-        :param max_batch_tokens: most padded tokens in one scoring forward pass, or ``"auto"``:
-            as many as the memory left on each worker's device once the model is loaded holds, less
-            a margin (:mod:`..models.batch_budget`).
+        :param max_batch_tokens: most padded tokens one forward pass holds, key/value cache
+            included (choices sharing a context each hold a copy of its cache, so each counts it;
+            a generated row counts its prompt and budget), or ``"auto"``: as many as the memory
+            left on each worker's device once the model is loaded holds, less a margin
+            (:mod:`..models.batch_budget`).
         """
         finetuned = model if isinstance(model, FinetunedModel) else None
         spec = finetuned.spec if finetuned else ModelSpec.parse(model, tokenizer=tokenizer)

@@ -80,7 +80,7 @@ def computation_floor(model: Path, texts):
     import torch
 
     from catwalk_steps.models.loading import ModelSpec, context_window
-    from catwalk_steps.models.output_layer import _CHUNK_LOGITS, token_logprobs
+    from catwalk_steps.models.output_layer import chunk_logits, token_logprobs
     from catwalk_steps.models.weights import load_pretrained
     from catwalk_steps.kinds.documents import document_queries
     from catwalk_steps.tasks import DocumentInstance
@@ -92,7 +92,7 @@ def computation_floor(model: Path, texts):
     generator = torch.Generator().manual_seed(0)
     hidden = torch.randn(positions, lm.config.hidden_size, generator=generator)
     targets = torch.randint(lm.config.vocab_size, (positions,), generator=generator)
-    head, step = lm.get_output_embeddings(), _CHUNK_LOGITS // lm.config.vocab_size
+    head, step = lm.get_output_embeddings(), chunk_logits(hidden.device) // lm.config.vocab_size
 
     @torch.inference_mode()
     def run():

@@ -13,10 +13,10 @@ Counted: reading values (``item``, ``tolist``, ``numpy``, ``__bool__``/``__int__
 ``__index__``, as ``if t:`` and ``int(t)`` do), copies between host and device (``cpu``; ``to`` naming a
 device, from a host tensor or to another device; ``torch.tensor``/``torch.as_tensor`` of some
 data with a ``device``: on CPU these copy nothing, but they are where a GPU run copies, and a
-pageable copy waits unless pinned and ``non_blocking``), and value-dependent
-shapes (``nonzero``, ``masked_select``, indexing with a boolean mask, ``unique``,
-``repeat_interleave`` without ``output_size``). Each is attributed to the innermost frame outside
-torch, so the count says whose code waits (ours, transformers', lm-evaluation-harness's).
+pageable copy waits; a ``non_blocking`` copy from pinned memory does not, and is not counted),
+and value-dependent shapes (``nonzero``, ``masked_select``, indexing with a boolean mask,
+``unique``, ``repeat_interleave`` without ``output_size``). Each is attributed to the innermost
+frame outside torch, so the count says whose code waits (ours, transformers', lm-eval's).
 """
 
 import contextlib
@@ -43,9 +43,10 @@ def _is_bool_index(index) -> bool:
 
 def _is_copy(tensor: torch.Tensor, args, kwargs) -> bool:
     """``tensor.to(...)`` names a device and starts on the host (a copy to a device on a GPU run;
-    a stand-in for one on CPU) or on another device than it names (a copy either way)."""
+    a stand-in for one on CPU) or on another device than it names (a copy either way), unless
+    it is a ``non_blocking`` copy from pinned memory (queued on the stream: the host goes on)."""
     device = kwargs.get("device", next((a for a in args if isinstance(a, (torch.device, str))), None))
-    if device is None:
+    if device is None or (kwargs.get("non_blocking") and tensor.is_pinned()):
         return False
     target = torch.device(device)
     elsewhere = target.type != tensor.device.type or target.index not in (None, tensor.device.index)

@@ -48,7 +48,7 @@ def tiny_lm():
 
 def test_auto_is_the_free_memory_less_the_margin_over_a_token_s_cost(tiny_lm, monkeypatch):
     per_token = bytes_per_token(tiny_lm.config, torch.float32, 64, chunked_logits=True)
-    free = batch_budget._CHUNK_BYTES / (1 - MARGIN) + 1000 * per_token / (1 - MARGIN)
+    free = batch_budget.chunk_bytes(torch.device("cpu")) / (1 - MARGIN) + 1000 * per_token / (1 - MARGIN)
     monkeypatch.setattr(batch_budget, "free_memory", lambda device: free)
     cpu = torch.device("cpu")
     assert auto_batch_tokens(tiny_lm, cpu, max_length=64, max_batch_size=32) == 1000

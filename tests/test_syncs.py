@@ -69,9 +69,23 @@ def assert_constant(
 
 
 def test_plain_batches(tiny_lm):
-    """Queries whose contexts differ: one left-padded forward, the output layer at the targets
-    (one ``nonzero``), the results read back once."""
+    """Queries whose contexts differ: the collated tensors copied to the device (the scored
+    positions among them), one left-padded forward, the output layer at the targets, the results
+    read back once."""
     assert_constant(lambda n, k: per_batch(tiny_lm, choice_queries(n * k, 1)), ours={7}, total_at_most=17)
+
+
+@pytest.mark.parametrize("choices", [1, 4], ids=["plain", "shared-context"])
+def test_our_only_waits_are_the_batch_s_copies_and_one_read_of_its_results(tiny_lm, choices):
+    """Nothing of ours waits on a value mid-batch: the output layer's positions come with the
+    batch (built on the host as it is collated), not from a ``nonzero`` between the transformer
+    and the output layer, which would make the host wait for the whole transformer before it
+    could queue the output layer's work."""
+    with count_syncs() as syncs:
+        score_queries(tiny_lm, choice_queries(6, choices), pad_token_id=0, max_length=64, max_batch_size=1000,
+                      max_batch_tokens=10**6)
+    ours = {kind: n for (kind, site), n in syncs.counts.items() if site.startswith(OURS)}
+    assert set(ours) == {"to(device)", "tolist"} and ours["tolist"] == 1, syncs.counts
 
 
 def test_shared_context_groups(tiny_lm):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Union
 import torch
 from tango.common.exceptions import ConfigurationError
 
-from .output_layer import output_layer
+from .output_layer import chunk_logits, output_layer
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -28,9 +28,12 @@ AUTO = "auto"
 #: per token, not the allocator's caching and fragmentation, cuBLAS and attention workspaces,
 #: or (on CPU) what other processes take meanwhile; a quarter covers them with room to spare.
 MARGIN = 0.25
-#: Logits computed at once by the output layer at scored positions
-#: (``output_layer._CHUNK_LOGITS``), in float32, as logits, upcast and ``logsumexp`` temporaries.
-_CHUNK_BYTES = 2**22 * 4 * 3
+
+
+def chunk_bytes(device: torch.device) -> int:
+    """The output layer's chunk of logits at scored positions (:func:`.output_layer.chunk_logits`)
+    in float32, as logits, upcast and ``logsumexp`` temporaries."""
+    return chunk_logits(device) * 4 * 3
 
 
 def check_batch_tokens(value: object) -> None:
@@ -88,7 +91,7 @@ def auto_batch_tokens(lm: "PreTrainedModel", device: torch.device, *, max_length
     use (choices sharing a context count its cache copies: ``scoring.shared_cost``)."""
     dtype = next(lm.parameters()).dtype
     chunked = output_layer(lm) is not None
-    usable = free_memory(device) * (1 - MARGIN) / max(1, workers_sharing) - (_CHUNK_BYTES if chunked else 0)
+    usable = free_memory(device) * (1 - MARGIN) / max(1, workers_sharing) - (chunk_bytes(device) if chunked else 0)
     budget = int(usable // bytes_per_token(lm.config, dtype, max_length, chunked))
     return max(max_length + 1, min(budget, max_batch_size * (max_length + 1)))
 

@@ -12,7 +12,7 @@ detected, by config and by comparing both ways once per model, and keep the plai
 """
 
 import weakref
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence, Tuple
 
 import torch
 
@@ -23,10 +23,18 @@ if TYPE_CHECKING:
 
 #: Config fields of models whose forward changes the logits after the output layer.
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "logit_softcapping")
-#: Logits computed at once: 4M floats (16 MiB in float32, ~80 rows of a 50k vocabulary), small
-#: enough to stay in cache for the passes of logsumexp (3x faster than 128 MiB chunks on CPU).
+#: Logits computed at once on CPU: 4M floats (16 MiB in float32, ~80 rows of a 50k vocabulary),
+#: small enough to stay in cache for the passes of logsumexp (3x faster than 128 MiB chunks on CPU).
 _CHUNK_LOGITS = 2**22
+#: On a GPU, where caches do not decide and each chunk costs kernel launches: 32M floats (128 MiB
+#: in float32, ~660 rows of a 50k vocabulary: most batches' targets in one chunk).
+_GPU_CHUNK_LOGITS = 2**25
 _checked: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()
+
+
+def chunk_logits(device: torch.device) -> int:
+    """How many logits the output layer computes at once on ``device``."""
+    return _CHUNK_LOGITS if device.type == "cpu" else _GPU_CHUNK_LOGITS
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -83,17 +91,30 @@ def hidden_states(lm: "PreTrainedModel", cache=None, **inputs: torch.Tensor) -> 
     return lm.base_model(**inputs)[0]
 
 
+def scored_positions(spans: Sequence[Tuple[int, int]]) -> torch.Tensor:
+    """``[2, scored]``: the row and column of each scored position, where row ``r`` is scored
+    at columns ``spans[r][0]`` up to ``spans[r][1]``, for :func:`target_logprob_sums`. Collators
+    build it on the host with the batch, from the lengths they know: found on the device (from the
+    mask), between the transformer and the output layer, the positions would make the host wait
+    for the whole transformer (their count sets a shape) before it could queue the output layer."""
+    rows = [row for row, (start, end) in enumerate(spans) for _ in range(start, end)]
+    columns = [column for start, end in spans for column in range(start, end)]
+    return torch.tensor([rows, columns], dtype=torch.long).reshape(2, -1)
+
+
 def target_logprob_sums(
-    lm: "PreTrainedModel", hidden: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor
+    lm: "PreTrainedModel", hidden: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor,
+    scored: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """``[batch]``: each row's summed log-probabilities of ``targets`` where ``mask`` is set,
     from ``hidden`` (``[batch, positions, width]``) through the output layer at those positions
-    only. Summed over positions in the same order as a plain pass (zeros elsewhere)."""
+    only (``scored``: their :func:`scored_positions`, found here where not given). Summed over
+    positions in the same order as a plain pass (zeros elsewhere)."""
     head = output_layer(lm)
     assert head is not None
-    rows, columns = mask.bool().nonzero(as_tuple=True)
+    rows, columns = mask.bool().nonzero(as_tuple=True) if scored is None else scored
     selected, wanted = hidden[rows, columns], targets[rows, columns]
-    step = max(1, _CHUNK_LOGITS // lm.config.vocab_size)
+    step = max(1, chunk_logits(hidden.device) // lm.config.vocab_size)
     pieces = []
     for start in range(0, len(selected), step):
         pieces.append(token_logprobs(head(selected[start:start + step]), wanted[start:start + step]))

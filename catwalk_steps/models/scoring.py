@@ -13,9 +13,10 @@ import torch
 from tango.common.exceptions import ConfigurationError
 
 from .seq2seq import seq2seq_batch_logliks
-from .output_layer import hidden_states, masked_logprob_sums, output_layer, target_logprob_sums
+from .output_layer import hidden_states, masked_logprob_sums, output_layer, scored_positions, target_logprob_sums
 from .forward_signature import accepts_logits_to_keep
 from .shared_context import can_share_contexts, collate_shared, shared_context_logliks
+from .transfer import on_device
 
 if TYPE_CHECKING:  # imported where models are loaded
     from transformers import PreTrainedModel
@@ -65,6 +66,7 @@ def collate_queries(queries: Sequence[Query], pad_token_id: int, max_length: int
         "position_ids": position_ids,
         "targets": targets,
         "target_mask": target_mask,
+        "scored": scored_positions([(target_width - len(targets), target_width) for _, targets in pairs]),
     }
 
 
@@ -75,19 +77,22 @@ def continuation_logliks(
     position_ids: torch.Tensor,
     targets: torch.Tensor,
     target_mask: torch.Tensor,
+    scored: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Summed log-likelihood of each row's targets, shape ``[batch]``.
 
-    Only the target positions get logits, and the target logit is gathered before normalising
-    (``logit - logsumexp``), so no ``[batch, length, vocab]`` log-softmax is ever materialised.
-    Encoder-decoder models read the same batch their own way (:mod:`.seq2seq`).
+    Only the target positions (``scored``: ``target_mask``'s
+    :func:`~.output_layer.scored_positions`, as collated) get logits, and the target logit is
+    gathered before normalising (``logit - logsumexp``), so no ``[batch, length, vocab]``
+    log-softmax is ever materialised. Encoder-decoder models read the same batch their own way
+    (:mod:`.seq2seq`).
     """
     if lm.config.is_encoder_decoder:
         return seq2seq_batch_logliks(lm, input_ids, attention_mask, targets, target_mask)
     width = targets.shape[1]
     if output_layer(lm) is not None:  # logits at real targets only, not at the padding
         hidden = hidden_states(lm, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
-        return target_logprob_sums(lm, hidden[:, -width:], targets, target_mask)
+        return target_logprob_sums(lm, hidden[:, -width:], targets, target_mask, scored)
     return masked_logprob_sums(last_logits(lm, input_ids, attention_mask, position_ids, width), targets, target_mask)
 
 
@@ -188,6 +193,7 @@ def score_queries(
         if i not in logliks:
             groups.setdefault(queries[i].context, []).append(i)
     fits = can_share_contexts(lm) and not greedy
+    selects = output_layer(lm) is not None  # the output layer runs at the scored positions only
 
     def shareable(members: List[int]) -> bool:
         return fits and len(members) > 1 and all(
@@ -226,14 +232,18 @@ def score_queries(
                 [[queries[i].continuation for i in m] for m in members],
                 pad_token_id,
             )
-            values = shared_context_logliks(lm, **{k: v.to(device) for k, v in tensors.items()})
+            if not selects:
+                tensors.pop("scored")
+            values = shared_context_logliks(lm, **on_device(tensors, device))
             record(list(zip([i for m in members for i in m], values.tolist())))
 
     lengths = [len(model_input(queries[i], max_length)[0]) for i in single]
     for batch in budget_batches(lengths, max_batch_size, max_batch_tokens):
         indices = [single[i] for i in batch]
         tensors = collate_queries([queries[i] for i in indices], pad_token_id, max_length)
-        tensors = {k: v.to(device) for k, v in tensors.items()}
+        if greedy or not selects:  # logits at every target position: none to select
+            tensors.pop("scored")
+        tensors = on_device(tensors, device)
         if greedy:
             sums, hits = greedy_continuation_logliks(lm, **tensors)
             record([(i, [value, hit]) for i, value, hit in zip(indices, sums.tolist(), hits.tolist())])

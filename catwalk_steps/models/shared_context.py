@@ -8,13 +8,15 @@ the cache is an ordinary tensor of the autograd graph, so the backward pass thro
 That is how training uses it (:class:`~.rank_classification.RankClassificationModel`).
 """
 
-from typing import TYPE_CHECKING, Dict, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Sequence, Tuple
 
 import torch
 
 from .forward_signature import accepts_logits_to_keep, cache_keyword
 from .padding import left_padded
-from .output_layer import hidden_states, masked_logprob_sums, output_layer, target_logprob_sums, token_logprobs
+from .output_layer import (
+    hidden_states, masked_logprob_sums, output_layer, scored_positions, target_logprob_sums, token_logprobs,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -55,6 +57,7 @@ def collate_shared(
         "inputs": inputs,
         "targets": targets,
         "mask": mask,
+        "scored": scored_positions([(0, len(c) - 1) for c in flat]),
     }
 
 
@@ -67,9 +70,11 @@ def shared_context_logliks(
     inputs: torch.Tensor,
     targets: torch.Tensor,
     mask: torch.Tensor,
+    scored: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """Summed log-likelihood of each continuation of a :func:`collate_shared` batch, shape
-    ``[continuations]``. Inputs must fit the model's context window."""
+    ``[continuations]`` (``scored``: ``mask``'s :func:`~.output_layer.scored_positions`, as
+    collated). Inputs must fit the model's context window."""
     from transformers import DynamicCache
 
     cache_argument = cache_keyword(lm)
@@ -92,6 +97,6 @@ def shared_context_logliks(
         position_ids=context_mask.sum(-1)[group][:, None] + torch.arange(inputs.shape[1], device=inputs.device),
     )
     if output_layer(lm) is not None:  # logits at real targets only, not at the padding
-        return logliks + target_logprob_sums(lm, hidden_states(lm, cache, **continued), targets, mask)
+        return logliks + target_logprob_sums(lm, hidden_states(lm, cache, **continued), targets, mask, scored)
     out = lm(**continued, **{cache_argument: cache}, use_cache=True)
     return logliks + masked_logprob_sums(out.logits, targets, mask)

@@ -34,6 +34,7 @@ from ..models.adapters import Adapter
 from ..models.answer_loss import AnswerCollator, AnswerLossModel
 from ..models.loading import ModelSpec
 from ..models.rank_classification import RankClassificationCollator, RankClassificationModel
+from ..models.transfer import on_device
 from ..tracking.settings import Tracking
 from ..tracking.training import TrainingTracker
 from .batches import BatchPlan
@@ -129,10 +130,6 @@ class TrainingJob:
         return steps_done % self.validate_every == 0 or steps_done == self.train_steps
 
 
-def _to(batch: Dict[str, torch.Tensor], device: torch.device) -> Dict[str, torch.Tensor]:
-    return {name: tensor.to(device) for name, tensor in batch.items()}
-
-
 def _sum_over_workers(values: torch.Tensor) -> torch.Tensor:
     if dist.is_initialized():
         dist.all_reduce(values)
@@ -161,7 +158,7 @@ def validate(
         batch = collate(items or job.validation[:1])
         if items and callbacks:
             callbacks.pre_val_batch(step, val_step, epoch, batch)
-        outputs = model(**_to(batch, device))
+        outputs = model(**on_device(batch, device))
         if items and callbacks:
             callbacks.post_val_batch(step, val_step, epoch, outputs)
         if items and job.generative:
@@ -236,7 +233,7 @@ def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, t
         batch_loss, outputs = torch.zeros((), device=device), []
         divisor = job.loss_divisor(step, world_size)
         for n, ((index, _), batch) in enumerate(zip(micro_batches, batches)):
-            batch = _to(batch, device)
+            batch = on_device(batch, device)
             torch.manual_seed(derive_seed(job.plan.seed, "dropout", step, index))
             # Gradients are all-reduced once per step, with the last micro-batch's backward pass.
             last = n == len(micro_batches) - 1

@@ -3,9 +3,11 @@ synchronisations of each batch, under ``torch.profiler`` (CPU activity, and CUDA
 with one Chrome trace per scorer. Run by ``benchmarks/gpu.py --profile`` (on CPU too).
 
 Host time is the wall time from one batch's end to the next (what the host spent preparing,
-launching and waiting); device time is the kernels' time launched by the ops run in that span
-(the profiler's ``self_device_time_total``; 0 on CPU). A batch whose host time exceeds its device
-time leaves the device idle; its sync count (``benchmarks/syncs.py``) says how often the host
+launching and waiting). Our scorer reads a batch's results once the next one is queued, so a
+batch "ends" when it is read: the first span queues two batches, the last only reads, and the
+spans between are the steady cadence. Device time is the kernels' time launched by the ops run
+in that span (the profiler's ``self_device_time_total``; 0 on CPU). A batch whose host time
+exceeds its device time leaves the device idle; its sync count (``benchmarks/syncs.py``) says how often the host
 stopped to wait, and where (every call site is named under the table). lm-evaluation-harness's
 scorer has no per-batch hook, so it is profiled whole. The profiler and the counting patches add
 host time of their own: for rates, run ``benchmarks/gpu.py`` without ``--profile``.

@@ -1,3 +1,4 @@
+import contextlib
 import json
 
 import pytest
@@ -82,6 +83,31 @@ def test_budget_batches_cover_everything_longest_first_within_budget():
     batches = list(budget_batches(tail, max_batch_size=64, max_batch_tokens=16384))
     assert all(2 * tail[i] >= tail[b[0]] for b in batches for i in b)
     assert [[tail[i] for i in b] for b in batches][:2] == [[245, 151], [120, 60]]
+
+
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_each_batch_is_read_once_the_next_is_queued(tiny, monkeypatch, interrupted):
+    """The host reads batch k's results (a wait for the device) only after queueing batch k+1,
+    so that a GPU computes while the host reads and collates; every batch is still read, in order,
+    the last at the end, and on an interruption every batch computed before it."""
+    from catwalk_steps.models import scoring
+
+    tokenizer, lm = tiny
+    queries = [TokenConventions(tokenizer).pair(f"Question {n}: where?", " there") for n in range(7)]
+    events, real = [], scoring.continuation_logliks
+
+    def queued(lm, **tensors):
+        if interrupted and events.count("queue 2") == 3:
+            raise KeyboardInterrupt
+        events.append(f"queue {len(tensors['input_ids'])}")
+        return real(lm, **tensors)
+
+    monkeypatch.setattr(scoring, "continuation_logliks", queued)
+    with pytest.raises(KeyboardInterrupt) if interrupted else contextlib.nullcontext():
+        score_queries(lm, queries, pad_token_id=0, max_length=64, max_batch_size=2, max_batch_tokens=10**6,
+                      on_batch=lambda scored: events.append(f"read {len(scored)}"))
+    steady = ["queue 2", "queue 2", "read 2", "queue 2", "read 2"]
+    assert events == steady + (["read 2"] if interrupted else ["queue 1", "read 2", "read 1"])
 
 
 def test_shared_context_scoring_equals_the_plain_method(tiny):

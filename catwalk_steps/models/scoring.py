@@ -217,36 +217,68 @@ def score_queries(
         if progress is not None:
             progress.update(len(scored))
 
-    # A group costs its :func:`shared_cost`. Batch sizes count queries, so
-    # groups are batched with groups of their own size: one group of 32 continuations sharing
-    # "Answer:" must not cut every batch of 2-choice instances down to one instance.
-    by_size: Dict[int, List[List[int]]] = {}
-    for members in shared:
-        by_size.setdefault(len(members), []).append(members)
-    for size, alike in sorted(by_size.items(), reverse=True):
-        cost = [shared_cost(len(queries[m[0]].context), [len(queries[i].continuation) for i in m]) for m in alike]
-        for batch in budget_batches(cost, max(1, max_batch_size // size), max_batch_tokens):
-            members = [alike[g] for g in batch]
-            tensors = collate_shared(
-                [queries[m[0]].context for m in members],
-                [[queries[i].continuation for i in m] for m in members],
-                pad_token_id,
-            )
-            if not selects:
-                tensors.pop("scored")
-            values = shared_context_logliks(lm, **on_device(tensors, device))
-            record(list(zip([i for m in members for i in m], values.tolist())))
+    with OneBatchLate(record) as results:  # read on an interruption too: nothing computed is lost
+        # A group costs its :func:`shared_cost`. Batch sizes count queries, so
+        # groups are batched with groups of their own size: one group of 32 continuations sharing
+        # "Answer:" must not cut every batch of 2-choice instances down to one instance.
+        by_size: Dict[int, List[List[int]]] = {}
+        for members in shared:
+            by_size.setdefault(len(members), []).append(members)
+        for size, alike in sorted(by_size.items(), reverse=True):
+            cost = [shared_cost(len(queries[m[0]].context), [len(queries[i].continuation) for i in m]) for m in alike]
+            for batch in budget_batches(cost, max(1, max_batch_size // size), max_batch_tokens):
+                members = [alike[g] for g in batch]
+                tensors = collate_shared(
+                    [queries[m[0]].context for m in members],
+                    [[queries[i].continuation for i in m] for m in members],
+                    pad_token_id,
+                )
+                if not selects:
+                    tensors.pop("scored")
+                values = shared_context_logliks(lm, **on_device(tensors, device))
+                results.add([i for m in members for i in m], values)
 
-    lengths = [len(model_input(queries[i], max_length)[0]) for i in single]
-    for batch in budget_batches(lengths, max_batch_size, max_batch_tokens):
-        indices = [single[i] for i in batch]
-        tensors = collate_queries([queries[i] for i in indices], pad_token_id, max_length)
-        if greedy or not selects:  # logits at every target position: none to select
-            tensors.pop("scored")
-        tensors = on_device(tensors, device)
-        if greedy:
-            sums, hits = greedy_continuation_logliks(lm, **tensors)
-            record([(i, [value, hit]) for i, value, hit in zip(indices, sums.tolist(), hits.tolist())])
-        else:
-            record(list(zip(indices, continuation_logliks(lm, **tensors).tolist())))
+        lengths = [len(model_input(queries[i], max_length)[0]) for i in single]
+        for batch in budget_batches(lengths, max_batch_size, max_batch_tokens):
+            indices = [single[i] for i in batch]
+            tensors = collate_queries([queries[i] for i in indices], pad_token_id, max_length)
+            if greedy or not selects:  # logits at every target position: none to select
+                tensors.pop("scored")
+            tensors = on_device(tensors, device)
+            if greedy:  # [loglik, is_greedy] pairs, read back in one copy (float32 holds 0 and 1 exactly)
+                sums, hits = greedy_continuation_logliks(lm, **tensors)
+                pairs = torch.stack([sums, hits.to(sums.dtype)], dim=-1)
+                results.add(indices, pairs, lambda pair: [pair[0], pair[1] == 1])
+            else:
+                results.add(indices, continuation_logliks(lm, **tensors))
     return [logliks[i] for i in range(len(queries))]
+
+
+class OneBatchLate:
+    """Reads each batch's results back one batch late. A read waits for the device to finish
+    the batch: read at once, the device would idle while the host collates, copies and queues
+    the next one. Read once the next batch is queued, the device computes it meanwhile. (On CPU,
+    where each operation is done before the next starts, it changes nothing.) ``record``
+    receives each batch's ``(index, value)`` pairs in order; leaving the ``with`` block reads
+    the last, on an exception too (an interruption keeps every batch computed)."""
+
+    def __init__(self, record: Callable[[List[Tuple[int, Any]]], None]) -> None:
+        self.record = record
+        self.waiting: Optional[Tuple[List[int], torch.Tensor, Callable[[Any], Any]]] = None
+
+    def add(self, indices: List[int], values: torch.Tensor, convert: Callable[[Any], Any] = lambda v: v) -> None:
+        """A batch just queued: ``values`` (on the device), one per index, each read through ``convert``."""
+        self.flush()
+        self.waiting = (indices, values, convert)
+
+    def __enter__(self) -> "OneBatchLate":
+        return self
+
+    def __exit__(self, *exception) -> None:
+        self.flush()
+
+    def flush(self) -> None:
+        if self.waiting is not None:
+            indices, values, convert = self.waiting
+            self.waiting = None
+            self.record([(i, convert(value)) for i, value in zip(indices, values.tolist())])

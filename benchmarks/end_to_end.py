@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import catwalk_steps  # noqa: F401  (registers the formats the cache's metadata names)
 from piqa_shaped import write_piqa_shaped
 from tango.workspaces import LocalWorkspace
 from scoring import SHAPES, build_model

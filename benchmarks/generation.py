@@ -181,6 +181,11 @@ def main() -> None:
     args.count = args.count or (32 if args.quick else 128)
     args.max_gen_toks = args.max_gen_toks or (16 if args.quick else 64)
     repeats = args.repeats or (1 if args.quick else 2)
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("benchmarks/generation.py --device cuda needs a CUDA device")
     if args.measure:
         measure(Path(args.directory), args.measure, args.count, args.max_gen_toks, repeats, args.device, args.dtype[0])
         return

@@ -52,7 +52,7 @@ def rss() -> int:
 def load_in_fresh_process(entry: Path, path: str, dtype: str) -> dict:
     """Runs one load in a new interpreter; returns its peak RSS above its pre-load level."""
     script = f"""
-import json, resource, torch
+import json, resource, sys, torch
 from pathlib import Path
 import benchmarks.model_size as b
 from catwalk_steps import FinetunedModelFormat
@@ -61,7 +61,8 @@ from transformers import AutoModelForCausalLM
 import transformers.models.gpt2.modeling_gpt2  # imported before the baseline, as by any scorer
 dtype = getattr(torch, {dtype!r})
 entry = Path({str(entry)!r})
-from benchmarks.scoring import PeakMemory
+sys.path.insert(0, 'benchmarks')  # scoring.py imports its neighbours as top-level modules
+from scoring import PeakMemory
 with PeakMemory() as memory:
   if {path!r} == "previous":  # what PredictStep did before: base in float32, state dict over it, cast
     meta = json.loads((entry / "model.json").read_text())

@@ -29,6 +29,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pytest_collection_finish(session):
+    """The slowest setup, a fresh venv with this checkout's wheel (``test_install.py``), starts
+    as soon as the tests to run are known: pip unpacks wheels while the tests before it run."""
+    if any(item.module.__name__.endswith(".test_install") and item.get_closest_marker("skip") is None
+           for item in session.items if getattr(item, "module", None) is not None):
+        from .test_install import start_install
+
+        start_install()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def tango_logging():
     # DDP workers send their logs to the main process over a socket that this sets up.

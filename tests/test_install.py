@@ -10,7 +10,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import List, Tuple
 
 import pytest
 
@@ -27,14 +29,30 @@ def readme_command_line_example() -> str:
     return next(block for block in blocks if block.startswith("python -m catwalk_steps.train"))
 
 
+_started: List[Tuple[Path, "Future[Tuple[Path, dict]]"]] = []
+
+
+def start_install() -> None:
+    """Builds the venv in a thread of its own (``conftest.py`` calls this once the session's
+    tests are collected): two minutes of pip, mostly unpacking wheels, run beside other tests.
+    The folder is a temporary one of its own (pytest's base folders are rotated by other pytest
+    runs of the same user)."""
+    if not _started:
+        folder = Path(tempfile.mkdtemp(prefix="catwalk-install-"))
+        _started.append((folder, ThreadPoolExecutor(max_workers=1).submit(install, folder)))
+
+
 @pytest.fixture(scope="module")
 def installed():
     """(a folder outside the checkout holding a copy of data/tiny, the environment whose PATH
     starts with a fresh venv that has the wheel of this checkout). The wheel is built from a copy
-    of the source, so no ``build/`` of an earlier build leaks into it; the folder is a temporary
-    one of its own (pytest's base folders are rotated by other pytest runs of the same user)."""
-    with tempfile.TemporaryDirectory(prefix="catwalk-install-") as folder:
-        yield install(Path(folder))
+    of the source, so no ``build/`` of an earlier build leaks into it."""
+    start_install()
+    folder, building = _started[0]
+    try:
+        yield building.result(timeout=1200)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def install(root: Path):
@@ -42,11 +60,12 @@ def install(root: Path):
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
         ".git", ".venv*", "build", "*.egg-info", "workspace", "results", "__pycache__", ".pytest_cache"))
     pip = [sys.executable, "-m", "pip"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(source)], check=True, timeout=300)
+    run([*pip, "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(source)], root, os.environ)
     wheel = next((root / "dist").glob("catwalk_steps-*.whl"))
-    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=120)
+    run([sys.executable, "-m", "venv", str(root / "venv")], root, os.environ)
     bin = root / "venv" / "bin"
-    subprocess.run([bin / "pip", "install", "-q", TORCH, str(wheel)], check=True, timeout=900)
+    # --no-compile: bytecode for the modules a test imports is written as they are imported.
+    run([str(bin / "pip"), "install", "-q", "--no-compile", TORCH, str(wheel)], root, os.environ)
     here = root / "mine"
     shutil.copytree(REPO / "data" / "tiny", here / "data" / "tiny")
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}

@@ -66,14 +66,16 @@ def cut_at_stop(text: str, until: Iterable[str]) -> Tuple[str, bool]:
     return (text[:cut], True) if cut >= 0 else (text, False)
 
 
-def _choices_and_gaps(logits: torch.Tensor) -> Tuple[List[int], List[float]]:
-    """Each row's argmax and the gap between its top two logits, read back in one copy (on a GPU
-    each read waits for the device). float64 holds token ids and float32 gaps exactly."""
+def _choices_and_gaps(logits: torch.Tensor) -> Tuple[torch.Tensor, List[int], List[float]]:
+    """Each row's argmax, on the device (the next inputs) and read back with the gap between its
+    top two logits in one copy (on a GPU each read waits for the device). float64 holds token ids
+    and float32 gaps exactly."""
+    chosen = logits.argmax(-1)
     if logits.shape[-1] < 2:
-        return [0] * logits.shape[0], [float("inf")] * logits.shape[0]
+        return chosen, [0] * logits.shape[0], [float("inf")] * logits.shape[0]
     top = logits.topk(2, dim=-1).values
-    chosen, gaps = torch.stack([logits.argmax(-1).double(), (top[:, 0] - top[:, 1]).double()]).tolist()
-    return [int(token) for token in chosen], gaps
+    read, gaps = torch.stack([chosen.double(), (top[:, 0] - top[:, 1]).double()]).tolist()
+    return chosen, [int(token) for token in read], gaps
 
 
 class _Sequences:
@@ -95,10 +97,11 @@ class _Sequences:
         text = self.tokenizer.decode(self.tokens[row], skip_special_tokens=True)
         self.texts[row] = cut_at_stop(text, self.until[row])[0]
 
-    def advance(self, logits: torch.Tensor) -> List[int]:
+    def advance(self, logits: torch.Tensor) -> Tuple[List[int], torch.Tensor]:
         """Takes each running sequence's next token from its ``logits`` row; returns the
-        positions (in the running list) of those that go on."""
-        chosen, gaps = _choices_and_gaps(logits.float())
+        positions (in the running list) of those that go on, and every row's token on the
+        device (the next inputs, once the finished rows are dropped: no copy back to it)."""
+        on_device, chosen, gaps = _choices_and_gaps(logits.float())
         going = []
         for position, (row, token, gap) in enumerate(zip(self.running, chosen, gaps)):
             self.margins[row] = min(self.margins[row], gap)
@@ -112,7 +115,7 @@ class _Sequences:
                 continue
             going.append(position)
         self.running = [self.running[p] for p in going]
-        return going
+        return going, on_device
 
     def _stopped(self, row: int) -> bool:
         """Whether a stop string has been generated, special tokens kept (lm-evaluation-harness's
@@ -125,9 +128,6 @@ class _Sequences:
         if not any(stop in tail for stop in until):
             return False
         return cut_at_stop(self.tokenizer.decode(self.tokens[row], skip_special_tokens=False), until)[1]
-
-    def last_tokens(self, device: torch.device) -> torch.Tensor:
-        return torch.tensor([[self.tokens[row][-1]] for row in self.running], dtype=torch.long, device=device)
 
 
 def _causal_batch(
@@ -149,14 +149,14 @@ def _causal_batch(
             input_ids=input_ids, attention_mask=mask, position_ids=positions,
             **{cache_argument: cache}, use_cache=True, **trim,
         )
-        going = sequences.advance(out.logits[:, -1])
+        going, chosen = sequences.advance(out.logits[:, -1])
         if not going:
             return
         if len(going) < mask.shape[0]:  # finished sequences leave the batch and the cache
             kept = torch.tensor(going, device=device)
             cache.batch_select_indices(kept)
-            mask, next_position = mask[kept], next_position[kept]
-        input_ids = sequences.last_tokens(device)
+            mask, next_position, chosen = mask[kept], next_position[kept], chosen[kept]
+        input_ids = chosen[:, None]
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         positions = next_position[:, None]
         next_position = next_position + 1
@@ -187,14 +187,14 @@ def _seq2seq_batch(lm: "PreTrainedModel", sequences: _Sequences, prompts: Sequen
             encoder_outputs=(encoded,), attention_mask=mask, decoder_input_ids=decoder_input,
             **{cache_argument: cache}, use_cache=True,
         )
-        going = sequences.advance(out.logits[:, -1])
+        going, chosen = sequences.advance(out.logits[:, -1])
         if not going:
             return
         if len(going) < encoded.shape[0]:
             kept = torch.tensor(going, device=device)
             cache.batch_select_indices(kept)
-            encoded, mask = encoded[kept], mask[kept]
-        decoder_input = sequences.last_tokens(device)
+            encoded, mask, chosen = encoded[kept], mask[kept], chosen[kept]
+        decoder_input = chosen[:, None]
 
 
 def generation_batches(

@@ -25,8 +25,8 @@ each prompt with BOS (lm-eval 0.4.13's default, our ``models/conventions.py``).
 ``--device cuda`` (issue 34, item 3): the same on a GPU, once per ``--dtype`` (both generators
 load the model in it), at ``--shape`` (``gpt2-small``: 12 layers, 768 wide, 1,024 positions),
 each timed after a warm-up batch with the device synchronised. Every row gives the wall time,
-tokens/s (the tokens of the generations as kept, re-encoded: the same count for both) and how
-many of the strings differ. In bfloat16 a string can differ where a decision's two best logits
+tokens/s (the tokens of its own generations as kept, re-encoded: the same count for both where
+no string differs) and how many of the strings differ. In bfloat16 a string can differ where a decision's two best logits
 are within rounding of each other, as rows are batched differently (ours drops finished rows);
 the row then says so, with the widest of those strings' margins (each string's margin is its
 closest decision: all of them were decided within that of a tie).
@@ -161,7 +161,7 @@ def compare(directory: Path, args, dtype: str, repeats: int) -> None:
     widest = max((found["ours"]["margins"][k] for k in differing), default=None)
     for which in ("ours", "lm-eval"):
         seconds = found[which]["seconds"]
-        print(f"| {args.device} | {dtype} | {which} | {seconds:.2f} | {found['ours']['tokens'] / seconds:.0f} | "
+        print(f"| {args.device} | {dtype} | {which} | {seconds:.2f} | {found[which]['tokens'] / seconds:.0f} | "
               f"{found['ours']['seconds'] / seconds:.2f}x | {len(differing)} of {len(mine)}"
               + (f" (each of ours decided within {widest:.3g} of a tie)" if differing else "") + " |")
 

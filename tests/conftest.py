@@ -31,12 +31,16 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_collection_finish(session):
     """The slowest setup, a fresh venv with this checkout's wheel (``test_install.py``), starts
-    as soon as the tests to run are known: pip unpacks wheels while the tests before it run."""
+    as soon as the tests to run are known: pip unpacks wheels while the tests before it run
+    (not for ``--collect-only``, nor in each worker of a distributed pytest)."""
+    config = session.config
+    if config.option.collectonly or hasattr(config, "workerinput"):
+        return
     if any(item.module.__name__.endswith(".test_install") and item.get_closest_marker("skip") is None
            for item in session.items if getattr(item, "module", None) is not None):
         from .test_install import start_install
 
-        start_install()
+        start_install(config)
 
 
 @pytest.fixture(scope="session", autouse=True)

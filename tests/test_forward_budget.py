@@ -5,8 +5,9 @@ included: choices sharing a context each hold a copy of its cache; for generatio
 prompt and what it has generated so far), a single request longer than the budget alone in its
 batch the only exception. The numbers stay those of unbounded batches."""
 
+import random
 from contextlib import contextmanager
-from typing import Iterator, List
+from typing import Iterator, List, Tuple
 
 import pytest
 
@@ -14,7 +15,7 @@ from catwalk_steps.models.conventions import TokenConventions
 from catwalk_steps.models.generation import GenerationRequest, generate_greedy
 from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.models.rolling import document_windows
-from catwalk_steps.models.scoring import score_queries
+from catwalk_steps.models.scoring import Query, score_queries
 from catwalk_steps.models.weights import load_pretrained
 
 from .conftest import TINY_MODEL
@@ -75,6 +76,29 @@ def test_scoring_passes_hold_at_most_the_budget(tiny):
             assert [hit for _, hit in bounded] == [hit for _, hit in unbounded]
             bounded, unbounded = [value for value, _ in bounded], [value for value, _ in unbounded]
         assert bounded == pytest.approx(unbounded, abs=1e-4)
+
+
+def test_groups_of_choices_of_different_shapes_hold_at_most_the_budget(tiny):
+    """A batch of choice groups pads their contexts to the longest and their choices to the
+    longest, and each choice holds a copy of its context's cache: groups of long contexts and
+    short choices beside groups of short contexts and long choices, each group within the
+    budget, must not share a pass that holds more."""
+    conventions, lm = tiny
+    rng = random.Random(0)
+
+    def ids(count: int) -> Tuple[int, ...]:
+        return tuple(rng.randrange(10, 400) for _ in range(count))
+
+    queries = []
+    for group in range(6):
+        context, choice = (30, 2) if group % 2 else (3, 30)
+        shared = ids(context)
+        queries += [Query(shared, ids(choice)) for _ in range(4)]
+    budget, settings = 300, dict(pad_token_id=conventions.pad_token_id, max_length=WINDOW)
+    with passes(lm) as seen:
+        bounded = score_queries(lm, queries, max_batch_size=32, max_batch_tokens=budget, **settings)
+    assert seen and max(held(p) for p in seen) <= budget
+    assert bounded == pytest.approx(score_queries(lm, queries, **UNBOUNDED, **settings), abs=1e-4)
 
 
 def test_a_query_longer_than_the_budget_is_alone_in_its_pass(tiny):

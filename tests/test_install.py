@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import List, Tuple
 
@@ -32,27 +32,31 @@ def readme_command_line_example() -> str:
 _started: List[Tuple[Path, "Future[Tuple[Path, dict]]"]] = []
 
 
-def start_install() -> None:
+def start_install(config: pytest.Config) -> None:
     """Builds the venv in a thread of its own (``conftest.py`` calls this once the session's
-    tests are collected): two minutes of pip, mostly unpacking wheels, run beside other tests.
+    tests are collected): about a minute of pip, mostly unpacking wheels, beside other tests.
     The folder is a temporary one of its own (pytest's base folders are rotated by other pytest
-    runs of the same user)."""
-    if not _started:
-        folder = Path(tempfile.mkdtemp(prefix="catwalk-install-"))
-        _started.append((folder, ThreadPoolExecutor(max_workers=1).submit(install, folder)))
+    runs of the same user), removed when the session ends, whether or not a test used it."""
+    if _started:
+        return
+    folder = Path(tempfile.mkdtemp(prefix="catwalk-install-"))
+    building = ThreadPoolExecutor(max_workers=1).submit(install, folder)
+    _started.append((folder, building))
+
+    def remove() -> None:
+        wait([building])
+        shutil.rmtree(folder, ignore_errors=True)
+
+    config.add_cleanup(remove)
 
 
 @pytest.fixture(scope="module")
-def installed():
+def installed(pytestconfig):
     """(a folder outside the checkout holding a copy of data/tiny, the environment whose PATH
     starts with a fresh venv that has the wheel of this checkout). The wheel is built from a copy
     of the source, so no ``build/`` of an earlier build leaks into it."""
-    start_install()
-    folder, building = _started[0]
-    try:
-        yield building.result(timeout=1200)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    start_install(pytestconfig)
+    return _started[0][1].result(timeout=1200)
 
 
 def install(root: Path):

@@ -88,7 +88,7 @@ def auto_batch_tokens(lm: "PreTrainedModel", device: torch.device, *, max_length
     """The token budget ``"auto"`` stands for on ``device`` with ``lm`` loaded: ``(1 - MARGIN)``
     of the free memory (split between ``workers_sharing`` workers) over :func:`bytes_per_token`,
     at least one full-length query and at most what ``max_batch_size`` full-length queries can
-    use (choices sharing a context count its cache copies: ``scoring.shared_cost``)."""
+    use (choices sharing a context count its cache copies: ``scoring.budget_batches``)."""
     dtype = next(lm.parameters()).dtype
     chunked = output_layer(lm) is not None
     usable = free_memory(device) * (1 - MARGIN) / max(1, workers_sharing) - (chunk_bytes(device) if chunked else 0)

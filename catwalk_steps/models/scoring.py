@@ -66,7 +66,7 @@ def collate_queries(queries: Sequence[Query], pad_token_id: int, max_length: int
         "position_ids": position_ids,
         "targets": targets,
         "target_mask": target_mask,
-        "scored": scored_positions([(target_width - len(targets), target_width) for _, targets in pairs]),
+        "scored": scored_positions([(target_width - len(scored), target_width) for _, scored in pairs]),
     }
 
 
@@ -119,20 +119,35 @@ def greedy_continuation_logliks(
     return masked_logprob_sums(logits, targets, mask), greedy
 
 
-def budget_batches(lengths: Sequence[int], max_batch_size: int, max_batch_tokens: int) -> Iterator[List[int]]:
+def budget_batches(
+    lengths: Sequence[int], max_batch_size: int, max_batch_tokens: int, *,
+    contexts: Optional[Sequence[int]] = None, rows_each: int = 1,
+) -> Iterator[List[int]]:
     """Indices grouped into batches, longest first, each within ``max_batch_size`` rows and
-    ``max_batch_tokens`` padded tokens, and none padding a row to more than twice its length
+    ``max_batch_tokens`` padded tokens, and none padding an item to more than twice its length
     (long-tailed lengths, such as PIQA's answers, would otherwise make most of a batch padding).
-    Longest first makes an out-of-memory show at once."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    Longest first makes an out-of-memory show at once.
+
+    For choices sharing a context (:mod:`.shared_context`), an item is a group of ``rows_each``
+    continuations, the longest of ``lengths[i]`` tokens, after a context of ``contexts[i]``: a
+    batch pads its contexts to the longest and its continuations to the longest, and each
+    continuation holds a copy of its context's key/value cache, so a batch holds
+    ``rows x (longest context + longest continuation)`` positions. (Counting a context once per
+    group would let long contexts with many choices hold several times the budget.)"""
+    contexts = contexts if contexts is not None else [0] * len(lengths)
+    order = sorted(range(len(lengths)), key=lambda i: -(contexts[i] + lengths[i]))
     batch: List[int] = []
+    longest_context = longest = 0
     for index in order:
-        width = lengths[batch[0]] if batch else lengths[index]
-        full = len(batch) == max_batch_size or (len(batch) + 1) * width > max_batch_tokens
-        if batch and (full or 2 * lengths[index] < width):
-            yield batch
-            batch = []
+        if batch:
+            rows = (len(batch) + 1) * rows_each
+            width = max(longest_context, contexts[index]) + max(longest, lengths[index])
+            full = rows > max_batch_size or rows * width > max_batch_tokens
+            if full or 2 * (contexts[index] + lengths[index]) < contexts[batch[0]] + lengths[batch[0]]:
+                yield batch
+                batch, longest_context, longest = [], 0, 0
         batch.append(index)
+        longest_context, longest = max(longest_context, contexts[index]), max(longest, lengths[index])
     if batch:
         yield batch
 
@@ -141,24 +156,14 @@ def group_parts(
     members: List[int], lengths: Sequence[int], context: int, max_batch_size: int, max_batch_tokens: int
 ) -> List[List[int]]:
     """``members`` (queries sharing a context of ``context`` tokens, continuations of ``lengths``)
-    split into parts of at most ``max_batch_size`` queries that fit ``max_batch_tokens`` as
-    :func:`shared_cost` counts them: every document's first rolling window shares the one prefix
-    token, and a group of long windows would otherwise be one forward pass many windows wide. A
-    group that fits stays whole and in order; one that does not is packed as :func:`budget_batches`
-    packs queries of the context's length and their own."""
-    if len(members) <= max_batch_size and shared_cost(context, lengths) <= max_batch_tokens:
+    split into parts of at most ``max_batch_size`` queries that fit ``max_batch_tokens``, each
+    continuation holding a copy of the context's cache (:func:`budget_batches`): every document's
+    first rolling window shares the one prefix token, and a group of long windows would otherwise
+    be one forward pass many windows wide. A group that fits stays whole and in order."""
+    if len(members) <= max_batch_size and len(members) * (context + max(lengths)) <= max_batch_tokens:
         return [members]
-    parts = budget_batches([context + length for length in lengths], max_batch_size, max_batch_tokens)
+    parts = budget_batches(lengths, max_batch_size, max_batch_tokens, contexts=[context] * len(lengths))
     return [[members[k] for k in part] for part in parts]
-
-
-def shared_cost(context: int, lengths: Sequence[int]) -> int:
-    """The tokens a group of continuations of ``lengths`` sharing a context of ``context`` tokens
-    holds at once, as the budget counts them: the context is computed once, but its key/value
-    cache is copied for every continuation (:mod:`.shared_context`), so each continuation holds
-    ``context`` + its padded length of cache, as it would in a plain batch. Counting the context
-    once would let long contexts with many choices hold several times the budget's memory."""
-    return len(lengths) * (context + max(lengths))
 
 
 @torch.inference_mode()
@@ -218,15 +223,16 @@ def score_queries(
             progress.update(len(scored))
 
     with OneBatchLate(record) as results:  # read on an interruption too: nothing computed is lost
-        # A group costs its :func:`shared_cost`. Batch sizes count queries, so
-        # groups are batched with groups of their own size: one group of 32 continuations sharing
-        # "Answer:" must not cut every batch of 2-choice instances down to one instance.
+        # Batch sizes count queries, so groups are batched with groups of their own size: one
+        # group of 32 continuations sharing "Answer:" must not cut every batch of 2-choice
+        # instances down to one instance.
         by_size: Dict[int, List[List[int]]] = {}
         for members in shared:
             by_size.setdefault(len(members), []).append(members)
         for size, alike in sorted(by_size.items(), reverse=True):
-            cost = [shared_cost(len(queries[m[0]].context), [len(queries[i].continuation) for i in m]) for m in alike]
-            for batch in budget_batches(cost, max(1, max_batch_size // size), max_batch_tokens):
+            longest = [max(len(queries[i].continuation) for i in m) for m in alike]
+            contexts = [len(queries[m[0]].context) for m in alike]
+            for batch in budget_batches(longest, max_batch_size, max_batch_tokens, contexts=contexts, rows_each=size):
                 members = [alike[g] for g in batch]
                 tensors = collate_shared(
                     [queries[m[0]].context for m in members],

@@ -68,8 +68,7 @@ def install(root: Path):
     wheel = next((root / "dist").glob("catwalk_steps-*.whl"))
     run([sys.executable, "-m", "venv", str(root / "venv")], root, os.environ)
     bin = root / "venv" / "bin"
-    # --no-compile: bytecode for the modules a test imports is written as they are imported.
-    run([str(bin / "pip"), "install", "-q", "--no-compile", TORCH, str(wheel)], root, os.environ)
+    run([str(bin / "pip"), "install", "-q", TORCH, str(wheel)], root, os.environ)
     here = root / "mine"
     shutil.copytree(REPO / "data" / "tiny", here / "data" / "tiny")
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}

@@ -80,7 +80,7 @@ class Generation(RequestKind):
         """``exact_match``, else the task's first 0/1 score (``exact_match/strict-match``)."""
         binary = [name for name in self.values(records) if metric_kind(name) == BINARY]
         if not binary:
-            super().diff_metric(records)
+            return super().diff_metric(records)  # raises: nothing to diff
         return "exact_match" if "exact_match" in binary else binary[0]
 
     def instance_text(self, instance: GenerationInstance) -> Record:

@@ -174,8 +174,6 @@ def build_model_1024(directory: Path) -> Path:
     sys.path.insert(0, str(Path(__file__).parent))
     import scoring
 
-    shape = dict(scoring.SHAPES["tiny"], n_positions=1024)
-    scoring.SHAPES["tiny-1024"] = shape
     return scoring.build_model(directory, "tiny-1024")
 
 

@@ -31,6 +31,11 @@ are within rounding of each other, as rows are batched differently (ours drops f
 the row then says so, with the widest of those strings' margins (each string's margin is its
 closest decision: all of them were decided within that of a tie).
 
+``--long``: the budget case of ``benchmarks/end_to_end_generation.py`` in one batch: 32 prompts of
+2-shot GSM8K length (330-600 words, ~340-620 tokens) on a 1,024-position model (``tiny-1024``),
+no stop strings, so every sequence runs its 256 tokens. Both generators then run the same decode
+steps, and what differs is each step's own cost (the key/value cache's growth above all).
+
 Each runs in a fresh process (best of ``--repeats``); the table goes to stdout.
 """
 
@@ -43,22 +48,23 @@ import tempfile
 import time
 from pathlib import Path
 
-from scoring import build_model
+from scoring import SHAPES, build_model
 
 WORDS = ("Tom has apples and buys more pens for the class so how many does each of his friends get after "
          "they share the boxes equally between three rooms of the school").split()
 
 
-def requests(count: int, max_gen_toks: int, seed: int = 0):
+def requests(count: int, long: bool = False, seed: int = 0):
     rng = random.Random(seed)
     prompts = []
     for _ in range(count):
-        words = [rng.choice(WORDS) for _ in range(rng.randint(15, 150))]
+        words = [rng.choice(WORDS) for _ in range(rng.randint(*(330, 600) if long else (15, 150)))]
         prompts.append(f"Question: {' '.join(words)}?\nAnswer:")
     return prompts
 
 
-def ours(directory: Path, prompts, stops, max_gen_toks: int, device: str = "cpu", dtype: str = "float32"):
+def ours(directory: Path, prompts, stops, max_gen_toks: int, device: str = "cpu", dtype: str = "float32",
+         max_length: int = 512):
     import torch
 
     from catwalk_steps.models.generation import GenerationRequest, generate_greedy
@@ -71,35 +77,41 @@ def ours(directory: Path, prompts, stops, max_gen_toks: int, device: str = "cpu"
     batch = [GenerationRequest(conventions.prompt(p), tuple(s), max_gen_toks) for p, s in zip(prompts, stops)]
 
     def run(only=None):
-        out = generate_greedy(lm, conventions, batch[:only], pad_token_id=conventions.pad_token_id, max_length=512,
+        out = generate_greedy(lm, conventions, batch[:only], pad_token_id=conventions.pad_token_id, max_length=max_length,
                               max_batch_size=32)
         return [g["text"] for g in out], [g["margin"] for g in out]
 
     return run
 
 
-def lm_eval(directory: Path, prompts, stops, max_gen_toks: int, device: str = "cpu", dtype: str = "float32"):
+def lm_eval(directory: Path, prompts, stops, max_gen_toks: int, device: str = "cpu", dtype: str = "float32",
+            max_length: int = 512):
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
 
-    harness = HFLM(pretrained=str(directory), device=device, batch_size=32, dtype=dtype, max_length=512)
+    harness = HFLM(pretrained=str(directory), device=device, batch_size=32, dtype=dtype, max_length=max_length)
     batch = [Instance(request_type="generate_until", doc={}, idx=0,
                       arguments=(p, {"until": list(s), "max_gen_toks": max_gen_toks, "do_sample": False}))
              for p, s in zip(prompts, stops)]
     return lambda only=None: (harness.generate_until(batch[:only], disable_tqdm=True), None)
 
 
-def measure(directory: Path, which: str, count: int, max_gen_toks: int, repeats: int, device: str,
-            dtype: str) -> None:
+def max_length(args) -> int:
+    """Both generators' context window: the model's positions."""
+    return SHAPES[args.shape]["n_positions"]
+
+
+def measure(directory: Path, which: str, args, dtype: str, repeats: int) -> None:
     """One generator in this process: prints its best wall time, its outputs (and our margins)
     and the tokens they hold as JSON. On a GPU, one batch first warms up kernels and allocator,
     and each timing waits for the device."""
     import torch
     from transformers import AutoTokenizer
 
+    device = args.device
     stops = json.loads((directory / "stops.json").read_text())
-    run = {"ours": ours, "lm-eval": lm_eval}[which](directory, requests(count, max_gen_toks), stops, max_gen_toks,
-                                                     device, dtype)
+    run = {"ours": ours, "lm-eval": lm_eval}[which](directory, requests(args.count, args.long), stops, args.max_gen_toks,
+                                                     device, dtype, max_length(args))
     synchronize = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     if device.startswith("cuda"):
         run(32)
@@ -115,11 +127,15 @@ def measure(directory: Path, which: str, count: int, max_gen_toks: int, repeats:
     print(json.dumps({"seconds": best, "outputs": outputs, "margins": margins, "tokens": tokens}))
 
 
-def stop_words(directory: Path, count: int, max_gen_toks: int, device: str) -> None:
+def stop_words(directory: Path, args) -> None:
     """Each prompt's stop string: a word of its own uncut greedy continuation (float32), at a
-    seeded place."""
-    prompts = requests(count, max_gen_toks)
-    uncut = ours(directory, prompts, [[] for _ in prompts], max_gen_toks, device)()[0]
+    seeded place; none with ``--long``."""
+    prompts = requests(args.count, args.long)
+    if args.long:
+        (directory / "stops.json").write_text(json.dumps([[] for _ in prompts]))
+        return
+    uncut = ours(directory, prompts, [[] for _ in prompts], args.max_gen_toks, args.device,
+                 max_length=max_length(args))()[0]
     rng = random.Random(1)
     stops = []
     for text in uncut:
@@ -128,7 +144,7 @@ def stop_words(directory: Path, count: int, max_gen_toks: int, device: str) -> N
     (directory / "stops.json").write_text(json.dumps(stops))
 
 
-def build_bos_model(directory: Path) -> Path:
+def build_bos_model(directory: Path, positions: int) -> Path:
     """A random Llama the size of :func:`scoring.build_model`'s GPT-2, with Mistral-7B v0.1's tokenizer."""
     import mistral_common
     import torch
@@ -142,7 +158,7 @@ def build_bos_model(directory: Path) -> Path:
     tokenizer.save_pretrained(directory)
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=positions)
     LlamaForCausalLM(config).save_pretrained(directory)
     return directory
 
@@ -153,7 +169,7 @@ def compare(directory: Path, args, dtype: str, repeats: int) -> None:
     for which in ("ours", "lm-eval"):
         command = [sys.executable, __file__, "--measure", which, "--directory", str(directory), "--device",
                    args.device, "--dtype", dtype, "--count", str(args.count), "--max_gen_toks",
-                   str(args.max_gen_toks), "--repeats", str(repeats)]
+                   str(args.max_gen_toks), "--repeats", str(repeats), "--shape", args.shape] + ["--long"] * args.long
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
         found[which] = json.loads(out.strip().splitlines()[-1])
     mine, theirs = found["ours"]["outputs"], found["lm-eval"]["outputs"]
@@ -173,14 +189,18 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", nargs="+", default=["float32"], choices=["float32", "bfloat16"])
     parser.add_argument("--shape", default="tiny", help="a shape of benchmarks/scoring.py (GPT-2 only)")
-    parser.add_argument("--count", type=int, help="prompts (default 128; --quick 32)")
-    parser.add_argument("--max_gen_toks", type=int, help="token budget (default 64; --quick 16)")
+    parser.add_argument("--long", action="store_true",
+                        help="2-shot-length prompts (~340-620 tokens), no stop strings, a 1,024-position model")
+    parser.add_argument("--count", type=int, help="prompts (default 128; --quick or --long 32)")
+    parser.add_argument("--max_gen_toks", type=int, help="token budget (default 64; --quick 16; --long 256)")
     parser.add_argument("--repeats", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     parser.add_argument("--directory", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    args.count = args.count or (32 if args.quick else 128)
-    args.max_gen_toks = args.max_gen_toks or (16 if args.quick else 64)
+    args.count = args.count or (32 if args.quick or args.long else 128)
+    args.max_gen_toks = args.max_gen_toks or (16 if args.quick else 256 if args.long else 64)
+    if args.long and args.shape == "tiny":
+        args.shape = "tiny-1024"
     repeats = args.repeats or (1 if args.quick else 2)
     if args.device.startswith("cuda"):
         import torch
@@ -188,13 +208,14 @@ def main() -> None:
         if not torch.cuda.is_available():
             raise SystemExit("benchmarks/generation.py --device cuda needs a CUDA device")
     if args.measure:
-        measure(Path(args.directory), args.measure, args.count, args.max_gen_toks, repeats, args.device, args.dtype[0])
+        measure(Path(args.directory), args.measure, args, args.dtype[0], repeats)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        directory = build_bos_model(Path(tmp)) if args.bos else build_model(Path(tmp), args.shape)
-        stop_words(directory, args.count, args.max_gen_toks, args.device)
+        directory = build_bos_model(Path(tmp), max_length(args)) if args.bos else build_model(Path(tmp), args.shape)
+        stop_words(directory, args)
         model = "Llama, Mistral's BOS-adding tokenizer" if args.bos else f"GPT-2 ({args.shape}), GPT-2's tokenizer"
-        print(f"{model}; {args.count} prompts, max_gen_toks {args.max_gen_toks}, batch 32, best of {repeats}")
+        print(f"{model}; {args.count} {'long ' if args.long else ''}prompts, max_gen_toks {args.max_gen_toks}, "
+              f"batch 32, best of {repeats}")
         print("| device | dtype | generator | wall s | tokens/s | ours / this | strings differing |")
         print("|---|---|---|---|---|---|---|")
         for dtype in args.dtype:

@@ -30,6 +30,7 @@ from piqa_shaped import piqa_shaped_rows
 
 REPO = Path(__file__).resolve().parent.parent
 SHAPES = {"tiny": dict(n_layer=4, n_embd=256, n_head=4, n_positions=512),
+          "tiny-1024": dict(n_layer=4, n_embd=256, n_head=4, n_positions=1024),
           "gpt2-small": dict(n_layer=12, n_embd=768, n_head=12, n_positions=1024)}
 
 

@@ -11,9 +11,10 @@ batch goes on generating after its stop string until the whole batch has stopped
 token left out of its text no longer cuts it there: its text then depends on its batch, and we
 match its batches of one. The work is arranged for speed: prompts sorted by length (longest
 first, so an out-of-memory shows at once), batched left-padded within ``max_batch_size`` rows
-and ``max_batch_tokens`` tokens of prompt and new tokens, a key/value cache so that
-each step runs one token per sequence, the next token the argmax of the logits (greedy needs no
-softmax), and a sequence that has finished dropped from the batch (and from the cache).
+and ``max_batch_tokens`` tokens of prompt and new tokens, a key/value cache (its room reserved
+once: :mod:`.reserved_cache`) so that each step runs one token per sequence, the next token the
+argmax of the logits (greedy needs no softmax), and a sequence that has finished dropped from the
+batch (and from the cache).
 
 Each generation also records its ``margin``: the smallest gap, over its decisions, between the
 top two logits. Batching changes logits by float rounding alone, so a generation can change
@@ -93,6 +94,11 @@ class _Sequences:
         # treatment of a text's first token (a dropped leading space).
         self.lookback = [2 + max((len(s.encode()) for s in stops_of_row), default=0) for stops_of_row in until]
 
+    @property
+    def longest_budget(self) -> int:
+        """The most new tokens any sequence of the batch may take: how long its cache can grow."""
+        return max(request.max_new_tokens for request in self.requests)
+
     def _finish(self, row: int) -> None:
         text = self.tokenizer.decode(self.tokens[row], skip_special_tokens=True)
         self.texts[row] = cut_at_stop(text, self.until[row])[0]
@@ -135,13 +141,13 @@ def _causal_batch(
 ) -> None:
     """Greedy generation for one batch of a decoder-only model: the left-padded prompts once,
     then one token per running sequence per step, extending the cache."""
-    from transformers import DynamicCache
+    from .reserved_cache import reserved_cache
 
     device = next(lm.parameters()).device
     input_ids, mask = (tensor.to(device) for tensor in left_padded(prompts, pad_token_id))
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     next_position = mask.sum(-1)
-    cache = DynamicCache()
+    cache = reserved_cache(input_ids.shape[1] + sequences.longest_budget)
     trim = {"logits_to_keep": 1} if accepts_logits_to_keep(lm) else {}
     cache_argument = cache_keyword(lm)
     while True:
@@ -168,6 +174,8 @@ def _seq2seq_batch(lm: "PreTrainedModel", sequences: _Sequences, prompts: Sequen
     per running sequence per step from the decoder start token."""
     from transformers import DynamicCache, EncoderDecoderCache
 
+    from .reserved_cache import reserved_cache
+
     device = next(lm.parameters()).device
     eos = [lm.config.eos_token_id] if lm.config.eos_token_id is not None else []
     rows = [list(p) + eos for p in prompts]
@@ -180,7 +188,7 @@ def _seq2seq_batch(lm: "PreTrainedModel", sequences: _Sequences, prompts: Sequen
     input_ids, mask = input_ids.to(device), mask.to(device)
     encoded = lm.get_encoder()(input_ids=input_ids, attention_mask=mask).last_hidden_state
     decoder_input = torch.full((len(rows), 1), lm.config.decoder_start_token_id, dtype=torch.long, device=device)
-    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    cache = EncoderDecoderCache(reserved_cache(1 + sequences.longest_budget), DynamicCache())
     cache_argument = cache_keyword(lm)
     while True:
         out = lm(

@@ -53,7 +53,12 @@ def test_generation_reserves_each_layer_s_cache_once_per_batch(model, tiny_t5, m
     requests = [GenerationRequest(conventions.prompt(p), (), budget) for p, budget in zip(prompts, (4, 9, 2, 7))]
     reservations = []
     reserve = ReservedLayer._reserve
-    monkeypatch.setattr(ReservedLayer, "_reserve", lambda self, *a: reservations.append(a[3]) or reserve(self, *a))
+    monkeypatch.setattr(ReservedLayer, "_reserve", lambda self, *a: reservations.append(a[2:]) or reserve(self, *a))
     generate_greedy(lm, conventions, requests, pad_token_id=0, max_length=64, max_batch_size=2)
+    longest_first = sorted(requests, key=lambda r: -len(r.prompt))
+    batches = [longest_first[:2], longest_first[2:]]
+    # The decoder's room: the longest prompt (a T5 decoder's: its start token) and the largest budget.
+    rooms = [(1 if model == "t5" else len(b[0].prompt)) + max(r.max_new_tokens for r in b) for b in batches]
     layers = lm.config.num_decoder_layers if model == "t5" else lm.config.n_layer
-    assert reservations == [0] * (2 * layers)  # 2 batches: each layer's room reserved once, empty
+    # Each layer's room reserved once per batch, empty: (room, positions copied).
+    assert reservations == [(rooms[0], 0)] * layers + [(rooms[1], 0)] * layers

@@ -22,9 +22,11 @@ from benchmarks.syncs import count_syncs
 from catwalk_steps.models.generation import GenerationRequest, _causal_batch, _seq2seq_batch, _Sequences
 from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.models.output_layer import output_layer
+from catwalk_steps.models.rank_classification import RankClassificationCollator, RankClassificationModel
 from catwalk_steps.models.rolling import rolling_windows
 from catwalk_steps.models import scoring
 from catwalk_steps.models.scoring import Query, score_queries
+from catwalk_steps.models.transfer import on_device
 from catwalk_steps.models.weights import load_pretrained
 
 from .conftest import TINY
@@ -105,6 +107,31 @@ def test_our_only_waits_are_the_batch_s_copies_and_one_read_of_its_results(tiny_
                       max_batch_tokens=10**6)
     ours = {kind: n for (kind, site), n in syncs.counts.items() if site.startswith(OURS)}
     assert set(ours) == {"to(device)", "tolist"} and ours["tolist"] == 1, syncs.counts
+
+
+@pytest.mark.parametrize("shared_context", [False, True], ids=["plain", "shared-context"])
+def test_a_training_pass_of_ours_waits_on_nothing(shared_context):
+    """A training step's forward and backward pass through rank classification (as the loop runs
+    it: the collated batch on the device) makes the host wait on nothing of ours, so that it can
+    queue the next micro-batch while the device works: the score matrix's width (the most choices
+    of an instance) comes with the batch from the collator, not from ``choice_index`` read back."""
+    model = RankClassificationModel(ModelSpec(str(TINY / "model")), shared_context=shared_context).train()
+    collate = RankClassificationCollator(pad_token_id=0, max_length=64, shared_context=shared_context)
+    rng = random.Random(0)
+    items = [{"queries": [(query.context, query.continuation) for query in choice_queries(1, choices, seed)],
+              "label": rng.randrange(choices)} for seed, choices in enumerate([2, 4, 3, 2, 4])]
+    batch = on_device(collate(items), torch.device("cpu"))
+    with count_syncs() as syncs:
+        model(**batch)["loss"].backward()
+    assert not [key for key in syncs.counts if key[1].startswith(OURS)], syncs.counts
+
+    def losses(batch):
+        torch.manual_seed(0)  # the same dropout masks
+        with torch.no_grad():
+            return model(**batch)["losses"]
+
+    without = {name: value for name, value in batch.items() if name != "num_choices"}
+    assert torch.equal(losses(batch), losses(without))  # the width read back from choice_index, as before
 
 
 def test_shared_context_groups(tiny_lm):

@@ -62,13 +62,15 @@ class RankClassificationModel(Model):
 
     def forward(
         self, choice_instance: torch.Tensor, choice_index: torch.Tensor, labels: torch.Tensor,
-        choice_lengths: Optional[torch.Tensor] = None, **queries: torch.Tensor
+        choice_lengths: Optional[torch.Tensor] = None, num_choices: Optional[int] = None, **queries: torch.Tensor
     ) -> Dict[str, torch.Tensor]:
         """``loss``: the mean over instances of the cross-entropy over their choices' summed
         log-likelihoods; ``losses`` and ``correct``: per instance; with ``choice_lengths`` (each
         choice's answer characters and tokens) in eval mode (validation), also ``correct_norm``
         and ``correct_per_token``, the picks of ``acc_norm`` and ``acc_per_token``
-        (:mod:`..reports.accuracy`). ``queries``: the
+        (:mod:`..reports.accuracy`). ``num_choices``: the most choices of an instance, known to
+        the collator (else read from ``choice_index``, which makes the host wait for a GPU in the
+        middle of the forward pass). ``queries``: the
         tensors of :func:`.scoring.collate_queries` or, for shared contexts, of
         :func:`.shared_context.collate_shared`."""
         lm = self.scoring_lm
@@ -76,7 +78,7 @@ class RankClassificationModel(Model):
             logliks = shared_context_logliks(lm, **queries)
         else:
             logliks = continuation_logliks(lm, **queries)
-        width = (labels.shape[0], int(choice_index.max()) + 1)
+        width = (labels.shape[0], int(choice_index.max()) + 1 if num_choices is None else num_choices)
         scores = logliks.new_full(width, float("-inf")).index_put((choice_instance, choice_index), logliks)
         losses = F.cross_entropy(scores, labels, reduction="none")
         outputs = {"loss": losses.mean(), "losses": losses.detach(), "correct": scores.argmax(-1) == labels}
@@ -124,6 +126,7 @@ class RankClassificationCollator(DataCollator[Dict[str, Any]]):
             [choice for item in items for choice in range(len(item["queries"]))], dtype=torch.long
         )
         batch["labels"] = torch.tensor([item["label"] for item in items], dtype=torch.long)
+        batch["num_choices"] = max(len(item["queries"]) for item in items)
         if all("num_chars" in item for item in items):
             chars = [n for item in items for n in item["num_chars"]]
             batch["choice_lengths"] = torch.tensor([chars, [len(q.continuation) for q in queries]], dtype=torch.float64)

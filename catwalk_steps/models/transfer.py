@@ -6,13 +6,19 @@ and queueing the next batch) while the device works; the pinned buffer is not re
 copy has run (torch's caching host allocator records it). On CPU there is nothing to copy.
 """
 
-from typing import Dict
+from typing import Any, Dict
 
 import torch
 
 
-def on_device(tensors: Dict[str, torch.Tensor], device: torch.device) -> Dict[str, torch.Tensor]:
-    """``tensors`` on ``device``: to a GPU through pinned memory, without blocking the host."""
-    if device.type != "cuda":
-        return {name: tensor.to(device) for name, tensor in tensors.items()}
-    return {name: tensor.pin_memory().to(device, non_blocking=True) for name, tensor in tensors.items()}
+def on_device(batch: Dict[str, Any], device: torch.device) -> Dict[str, Any]:
+    """``batch``'s tensors on ``device`` (to a GPU through pinned memory, without blocking the
+    host); its other values, such as counts the host knows, as they are."""
+    def moved(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        if device.type != "cuda":
+            return value.to(device)
+        return value.pin_memory().to(device, non_blocking=True)
+
+    return {name: moved(value) for name, value in batch.items()}

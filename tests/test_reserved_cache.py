@@ -1,5 +1,7 @@
 """The generation's key/value cache: what transformers' DynamicCache holds, written in place."""
 
+import math
+
 import pytest
 import torch
 from transformers.cache_utils import DynamicLayer
@@ -33,32 +35,40 @@ def test_a_reserved_layer_holds_what_a_dynamic_layer_holds(capacity):
     assert torch.equal(reserved.keys, dynamic.keys) and torch.equal(reserved.values, dynamic.values)
 
 
-def test_within_its_capacity_a_layer_writes_in_place():
-    layer = ReservedLayer(8)
-    layer.update(torch.zeros(2, 1, 3, 4), torch.zeros(2, 1, 3, 4))
-    buffer = layer.buffers[0].data_ptr()
-    for _ in range(5):
-        keys, _ = layer.update(torch.ones(2, 1, 1, 4), torch.ones(2, 1, 1, 4))
-    assert layer.buffers[0].data_ptr() == buffer and keys.data_ptr() == buffer and keys.shape[-2] == 8
+def test_a_layer_copies_only_when_full_into_twice_the_room_up_to_its_capacity():
+    layer, rooms = ReservedLayer(10), []
+    for length in [3] + [1] * 7:  # a prompt of 3, then 7 decode steps: 10 positions
+        keys, _ = layer.update(torch.ones(2, 1, length, 4), torch.ones(2, 1, length, 4))
+        assert keys.data_ptr() == layer.buffers[0].data_ptr()  # a view of the buffer, not a copy
+        rooms.append(layer.buffers[0].shape[-2])
+    assert rooms == [6, 6, 6, 6, 10, 10, 10, 10]  # 2 x 3, then 2 x 7 capped at 10
 
 
 @pytest.mark.parametrize("model", ["gpt2", "t5"])
-def test_generation_reserves_each_layer_s_cache_once_per_batch(model, tiny_t5, monkeypatch):  # noqa: F811
-    """The room reserved is what the batch's longest prompt and largest budget need: never
-    reallocated while it generates (which would copy the cache, as concatenation does)."""
+def test_generation_grows_each_layer_s_cache_in_place_within_the_batch_s_room(model, tiny_t5, monkeypatch):  # noqa: F811
+    """Each layer's cache is copied only when full, into twice its positions, never beyond what
+    the batch's longest prompt and largest budget need (what ``max_batch_tokens`` counts): a few
+    copies per batch, where concatenation copies at every step."""
     spec = ModelSpec.parse(TINY_MODEL if model == "gpt2" else tiny_t5)
     tokenizer, lm = spec.load_tokenizer(), load_pretrained(spec).eval()
     conventions = TokenConventions(tokenizer)
-    prompts = ["The cat sat on the mat and looked out of the window", "A dog", "Birds sing", "Why is the sky blue?"]
-    requests = [GenerationRequest(conventions.prompt(p), (), budget) for p, budget in zip(prompts, (4, 9, 2, 7))]
-    reservations = []
-    reserve = ReservedLayer._reserve
-    monkeypatch.setattr(ReservedLayer, "_reserve", lambda self, *a: reservations.append(a[2:]) or reserve(self, *a))
-    generate_greedy(lm, conventions, requests, pad_token_id=0, max_length=64, max_batch_size=2)
-    longest_first = sorted(requests, key=lambda r: -len(r.prompt))
-    batches = [longest_first[:2], longest_first[2:]]
-    # The decoder's room: the longest prompt (a T5 decoder's: its start token) and the largest budget.
-    rooms = [(1 if model == "t5" else len(b[0].prompt)) + max(r.max_new_tokens for r in b) for b in batches]
     layers = lm.config.num_decoder_layers if model == "t5" else lm.config.n_layer
-    # Each layer's room reserved once per batch, empty: (room, positions copied).
-    assert reservations == [(rooms[0], 0)] * layers + [(rooms[1], 0)] * layers
+    reserve = ReservedLayer._reserve
+    for prompts, budgets in ((["The cat sat on the mat and looked out of the window", "A dog"], (4, 9)),
+                             (["Birds sing", "Why is the sky blue?"], (30, 7))):
+        requests = [GenerationRequest(conventions.prompt(p), (), b) for p, b in zip(prompts, budgets)]
+        reservations = []  # (layer, room, positions copied) of each reallocation
+        monkeypatch.setattr(ReservedLayer, "_reserve",
+                            lambda self, *a: reservations.append((id(self), *a[2:])) or reserve(self, *a))
+        generate_greedy(lm, conventions, requests, pad_token_id=0, max_length=64, max_batch_size=2)
+        # The decoder's room: the longest prompt (a T5 decoder's: its start token) and the largest budget.
+        room = (1 if model == "t5" else max(len(r.prompt) for r in requests)) + max(budgets)
+        per_layer = {}
+        for layer, size, copied in reservations:
+            per_layer.setdefault(layer, []).append((size, copied))
+        assert len(per_layer) == layers
+        for grown in per_layer.values():
+            assert grown[0][1] == 0 and all(size <= room for size, _ in grown), (grown, room)
+            # Copied only when full: each reallocation copies all of the room before it.
+            assert all(copied == before for (before, _), (_, copied) in zip(grown, grown[1:])), grown
+            assert len(grown) <= 2 + math.log2(room), grown

@@ -11,8 +11,8 @@ batch goes on generating after its stop string until the whole batch has stopped
 token left out of its text no longer cuts it there: its text then depends on its batch, and we
 match its batches of one. The work is arranged for speed: prompts sorted by length (longest
 first, so an out-of-memory shows at once), batched left-padded within ``max_batch_size`` rows
-and ``max_batch_tokens`` tokens of prompt and new tokens, a key/value cache (its room reserved
-once: :mod:`.reserved_cache`) so that each step runs one token per sequence, the next token the
+and ``max_batch_tokens`` tokens of prompt and new tokens, a key/value cache (written in place:
+:mod:`.reserved_cache`) so that each step runs one token per sequence, the next token the
 argmax of the logits (greedy needs no softmax), and a sequence that has finished dropped from the
 batch (and from the cache).
 

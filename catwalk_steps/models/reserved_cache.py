@@ -1,12 +1,14 @@
-"""A key/value cache that reserves its room once, for greedy generation.
+"""A key/value cache written in place, for greedy generation.
 
 transformers' ``DynamicCache`` concatenates each step's keys and values onto the cache, which
 copies the whole cache at every decode step: with 32 prompts of ~460 tokens and 256 new tokens,
 not copying saved a quarter of the generation's time on CPU (``benchmarks/generation.py --long``).
-Generation knows how long its cache grows to (the longest prompt plus the largest token budget of
-its batch), so this cache allocates that once and writes each step's keys and values in place.
-Attention reads a view of the filled positions: the same values as the concatenated tensors, so
-the same logits.
+Generation knows how long its cache can grow (the longest prompt plus the largest token budget
+of its batch, what ``max_batch_tokens`` counts), so this cache writes each step's keys and values
+in place into buffers with room to spare: twice the positions filled, up to that bound. So it
+copies the cache a few times per batch instead of at every step, and holds at most twice what it
+has filled (a batch whose answers end early does not hold its whole budget). Attention reads a
+view of the filled positions: the same values as the concatenated tensors, so the same logits.
 """
 
 import torch
@@ -14,9 +16,10 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 
 class ReservedLayer(DynamicLayer):
-    """One layer's keys and values in buffers of ``capacity`` positions; ``keys`` and ``values``
-    are views of the positions filled so far (what a ``DynamicLayer`` holds). A buffer that
-    would overflow is reallocated at twice the room, so a wrong capacity costs time, not results."""
+    """One layer's keys and values in buffers of up to ``capacity`` positions; ``keys`` and
+    ``values`` are views of the positions filled so far (what a ``DynamicLayer`` holds). A buffer
+    that is full is reallocated at twice the positions filled, at most ``capacity`` (beyond it, a
+    wrong capacity, still twice: it costs time, not results)."""
 
     def __init__(self, capacity: int):
         super().__init__()
@@ -27,7 +30,8 @@ class ReservedLayer(DynamicLayer):
         start = self.get_seq_length()
         end = start + key_states.shape[-2]
         if self.buffers is None or end > self.buffers[0].shape[-2]:
-            self._reserve(key_states, value_states, self.capacity if end <= self.capacity else 2 * end, start)
+            room = min(2 * end, self.capacity) if end <= self.capacity else 2 * end
+            self._reserve(key_states, value_states, room, start)
         keys, values = self.buffers
         keys[..., start:end, :] = key_states
         values[..., start:end, :] = value_states
@@ -55,5 +59,5 @@ class ReservedLayer(DynamicLayer):
 
 
 def reserved_cache(capacity: int) -> Cache:
-    """A cache whose every layer reserves ``capacity`` positions at its first update."""
+    """A cache whose every layer grows in place up to ``capacity`` positions."""
     return Cache(layer_class_to_replicate=lambda: ReservedLayer(capacity))

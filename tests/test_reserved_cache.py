@@ -7,7 +7,7 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from catwalk_steps.models.conventions import TokenConventions
-from catwalk_steps.models.generation import GenerationRequest, generate_greedy
+from catwalk_steps.models.generation import GenerationRequest, _causal_batch, _seq2seq_batch, _Sequences, generate_greedy
 from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.models.reserved_cache import ReservedLayer
 from catwalk_steps.models.weights import load_pretrained
@@ -32,6 +32,24 @@ def test_a_reserved_layer_holds_what_a_dynamic_layer_holds(capacity):
             reserved.batch_select_indices(kept)
             dynamic.batch_select_indices(kept)
             kept = torch.arange(3)
+    assert torch.equal(reserved.keys, dynamic.keys) and torch.equal(reserved.values, dynamic.values)
+
+
+def test_after_dynamic_layer_s_own_reorderings_a_reserved_layer_still_holds_what_it_holds():
+    """Methods inherited from ``DynamicLayer`` that replace its keys and values (beam search's
+    ``reorder_cache``, ``batch_repeat_interleave``) are followed by updates into new buffers."""
+    torch.manual_seed(0)
+    reserved, dynamic = ReservedLayer(20), DynamicLayer()
+    for n, length in enumerate([4, 1, 1, 1, 1]):
+        keys = torch.randn(2 if n < 2 else 4, 2, length, 8)
+        assert all(torch.equal(a, b) for a, b in zip(reserved.update(keys, -keys), dynamic.update(keys, -keys)))
+        if n == 1:
+            reserved.batch_repeat_interleave(2), dynamic.batch_repeat_interleave(2)
+        if n == 3:
+            beams = torch.tensor([3, 0, 0, 2])
+            reserved.reorder_cache(beams), dynamic.reorder_cache(beams)
+            reserved.batch_select_indices(torch.tensor([0, 3])), dynamic.batch_select_indices(torch.tensor([0, 3]))
+            reserved.batch_repeat_interleave(2), dynamic.batch_repeat_interleave(2)
     assert torch.equal(reserved.keys, dynamic.keys) and torch.equal(reserved.values, dynamic.values)
 
 
@@ -72,3 +90,25 @@ def test_generation_grows_each_layer_s_cache_in_place_within_the_batch_s_room(mo
             # Copied only when full: each reallocation copies all of the room before it.
             assert all(copied == before for (before, _), (_, copied) in zip(grown, grown[1:])), grown
             assert len(grown) <= 2 + math.log2(room), grown
+
+
+@pytest.mark.parametrize("model", ["gpt2", "t5"])
+def test_rows_that_finish_first_leave_the_cache_and_the_rest_generate_as_alone(model, tiny_t5):  # noqa: F811
+    """Budgets of 2, 5 and 3 tokens, no stop token: the batch drops a row after 2 steps and
+    another after 3, and each row's tokens are those it generates in a batch of its own."""
+    spec = ModelSpec.parse(TINY_MODEL if model == "gpt2" else tiny_t5)
+    tokenizer, lm = spec.load_tokenizer(), load_pretrained(spec).eval()
+    conventions = TokenConventions(tokenizer)
+    requests = [GenerationRequest(conventions.prompt(p), (), budget)
+                for p, budget in zip(["The cat sat on the mat", "A dog ran", "Why is the sky blue?"], (2, 5, 3))]
+    run = _seq2seq_batch if model == "t5" else lambda *a: _causal_batch(*a, pad_token_id=0)
+
+    def generated(batch):
+        sequences = _Sequences(tokenizer, batch, stops=set(), until=[() for _ in batch])
+        with torch.inference_mode():
+            run(lm, sequences, [request.prompt for request in batch])
+        return sequences.tokens
+
+    together = generated(requests)
+    assert [len(tokens) for tokens in together] == [2, 5, 3]
+    assert together == [generated([request])[0] for request in requests]

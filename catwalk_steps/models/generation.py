@@ -141,13 +141,13 @@ def _causal_batch(
 ) -> None:
     """Greedy generation for one batch of a decoder-only model: the left-padded prompts once,
     then one token per running sequence per step, extending the cache."""
-    from .reserved_cache import reserved_cache
+    from .reserved_cache import ReservedCache
 
     device = next(lm.parameters()).device
     input_ids, mask = (tensor.to(device) for tensor in left_padded(prompts, pad_token_id))
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     next_position = mask.sum(-1)
-    cache = reserved_cache(input_ids.shape[1] + sequences.longest_budget)
+    cache = ReservedCache(input_ids.shape[1] + sequences.longest_budget)
     trim = {"logits_to_keep": 1} if accepts_logits_to_keep(lm) else {}
     cache_argument = cache_keyword(lm)
     while True:
@@ -174,7 +174,7 @@ def _seq2seq_batch(lm: "PreTrainedModel", sequences: _Sequences, prompts: Sequen
     per running sequence per step from the decoder start token."""
     from transformers import DynamicCache, EncoderDecoderCache
 
-    from .reserved_cache import reserved_cache
+    from .reserved_cache import ReservedCache
 
     device = next(lm.parameters()).device
     eos = [lm.config.eos_token_id] if lm.config.eos_token_id is not None else []
@@ -188,7 +188,7 @@ def _seq2seq_batch(lm: "PreTrainedModel", sequences: _Sequences, prompts: Sequen
     input_ids, mask = input_ids.to(device), mask.to(device)
     encoded = lm.get_encoder()(input_ids=input_ids, attention_mask=mask).last_hidden_state
     decoder_input = torch.full((len(rows), 1), lm.config.decoder_start_token_id, dtype=torch.long, device=device)
-    cache = EncoderDecoderCache(reserved_cache(1 + sequences.longest_budget), DynamicCache())
+    cache = EncoderDecoderCache(ReservedCache(1 + sequences.longest_budget), DynamicCache())
     cache_argument = cache_keyword(lm)
     while True:
         out = lm(

@@ -11,8 +11,10 @@ has filled (a batch whose answers end early does not hold its whole budget). Att
 view of the filled positions: the same values as the concatenated tensors, so the same logits.
 """
 
+from functools import partial
+
 import torch
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 
 class ReservedLayer(DynamicLayer):
@@ -29,7 +31,7 @@ class ReservedLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         start = self.get_seq_length()
         end = start + key_states.shape[-2]
-        if self.buffers is None or end > self.buffers[0].shape[-2]:
+        if not self._views_of_buffers() or end > self.buffers[0].shape[-2]:
             room = min(2 * end, self.capacity) if end <= self.capacity else 2 * end
             self._reserve(key_states, value_states, room, start)
         keys, values = self.buffers
@@ -49,15 +51,29 @@ class ReservedLayer(DynamicLayer):
         self.buffers = buffers
         self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
 
+    def _views_of_buffers(self) -> bool:
+        """Whether ``keys`` and ``values`` are still views of the buffers: the methods inherited
+        from ``DynamicLayer`` that move or reorder them (beam search's ``reorder_cache``,
+        ``batch_repeat_interleave``, offloading) replace them with new tensors, and the next
+        update then copies those into new buffers."""
+        return self.buffers is not None and all(
+            view.data_ptr() == buffer.data_ptr() and view.shape[:-2] == buffer.shape[:-2]
+            for view, buffer in zip((self.keys, self.values), self.buffers)
+        )
+
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keeps the rows ``indices`` (sequences that go on generating), their room included."""
-        if self.buffers is None:
-            return
+        if not self._views_of_buffers():
+            return super().batch_select_indices(indices)
         filled = self.get_seq_length()
         self.buffers = tuple(buffer[indices] for buffer in self.buffers)
         self.keys, self.values = (buffer[..., :filled, :] for buffer in self.buffers)
 
 
-def reserved_cache(capacity: int) -> Cache:
-    """A cache whose every layer grows in place up to ``capacity`` positions."""
-    return Cache(layer_class_to_replicate=lambda: ReservedLayer(capacity))
+class ReservedCache(DynamicCache):
+    """A ``DynamicCache`` (what an ``EncoderDecoderCache`` needs to drop rows) whose every layer
+    grows in place up to ``capacity`` positions."""
+
+    def __init__(self, capacity: int):
+        super().__init__()  # no layers yet: one is added per layer at its first update
+        self.layer_class_to_replicate = partial(ReservedLayer, capacity)

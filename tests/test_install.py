@@ -64,11 +64,11 @@ def install(root: Path):
     shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
         ".git", ".venv*", "build", "*.egg-info", "workspace", "results", "__pycache__", ".pytest_cache"))
     pip = [sys.executable, "-m", "pip"]
-    run([*pip, "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(source)], root, os.environ)
+    run([*pip, "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(source)], root, os.environ, timeout=300)
     wheel = next((root / "dist").glob("catwalk_steps-*.whl"))
-    run([sys.executable, "-m", "venv", str(root / "venv")], root, os.environ)
+    run([sys.executable, "-m", "venv", str(root / "venv")], root, os.environ, timeout=120)
     bin = root / "venv" / "bin"
-    run([str(bin / "pip"), "install", "-q", TORCH, str(wheel)], root, os.environ)
+    run([str(bin / "pip"), "install", "-q", TORCH, str(wheel)], root, os.environ, timeout=900)
     here = root / "mine"
     shutil.copytree(REPO / "data" / "tiny", here / "data" / "tiny")
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
@@ -76,8 +76,8 @@ def install(root: Path):
     return here, env
 
 
-def run(command, here: Path, env, shell: bool = False) -> str:
-    done = subprocess.run(command, cwd=here, env=env, shell=shell, capture_output=True, text=True, timeout=600)
+def run(command, here: Path, env, shell: bool = False, timeout: int = 600) -> str:
+    done = subprocess.run(command, cwd=here, env=env, shell=shell, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout + done.stderr
 

@@ -64,6 +64,25 @@ def test_shared_contexts_give_the_plain_loss_and_gradients(shape, adapter):
         assert (shared_grads[name] - plain).abs().max() / scale < 1e-4, name
 
 
+def test_a_window_filling_context_with_short_choices_trains_beside_long_choices():
+    """Every query within the 64-position window, one instance's context filling most of it with
+    2-token choices, the other's short with 40-token choices: the shared batch's padding stays in
+    the window (it raised an IndexError in GPT-2's position table) and gives the plain loss."""
+    spec = ModelSpec.parse(TINY_MODEL, config_overrides=NO_DROPOUT)
+    model = RankClassificationModel(spec, shared_context=True).eval()
+    rows = [
+        {"queries": [(list(range(1, 56)), [5 + k, 6 + k]) for k in range(2)], "label": 0},
+        {"queries": [(list(range(1, 11)), list(range(100 * k, 100 * k + 40))) for k in (1, 2)], "label": 1},
+    ]
+    pad = spec.load_tokenizer().pad_token_id
+    shared_batch = RankClassificationCollator(pad, 64, shared_context=True)(rows)
+    assert "context_ids" in shared_batch
+    with torch.no_grad():
+        shared = model(**shared_batch)["loss"].item()
+        plain = model(**RankClassificationCollator(pad, 64)(rows))["loss"].item()
+    assert shared == pytest.approx(plain, rel=1e-4)
+
+
 def test_batches_that_must_be_cut_and_gradient_checkpointing_use_the_plain_method():
     spec = ModelSpec.parse(TINY_MODEL, config_overrides=NO_DROPOUT)
     rows = examples(spec.load_tokenizer(), "4-choice")

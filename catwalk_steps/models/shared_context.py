@@ -91,10 +91,13 @@ def shared_context_logliks(
     if inputs.shape[1] == 0:
         return logliks
     cache.batch_select_indices(group)  # one copy of its context's cache per continuation
+    # Each row's positions go on from its context's; its padding repeats its last position, as
+    # the padding of a long context with short choices, batched with longer choices, would
+    # otherwise run past the window (an index error in a learned position table, GPT-2's).
     continued = dict(
         input_ids=inputs,
         attention_mask=torch.cat([context_mask[group], mask], dim=1),
-        position_ids=context_mask.sum(-1)[group][:, None] + torch.arange(inputs.shape[1], device=inputs.device),
+        position_ids=context_mask.sum(-1)[group][:, None] + mask.cumsum(-1) - 1,
     )
     if output_layer(lm) is not None:  # logits at real targets only, not at the padding
         return logliks + target_logprob_sums(lm, hidden_states(lm, cache, **continued), targets, mask, scored)

@@ -266,16 +266,27 @@ class OneBatchLate:
     the next one. Read once the next batch is queued, the device computes it meanwhile. (On CPU,
     where each operation is done before the next starts, it changes nothing.) ``record``
     receives each batch's ``(index, value)`` pairs in order; leaving the ``with`` block reads
-    the last, on an exception too (an interruption keeps every batch computed)."""
+    the last, on an exception too (an interruption keeps every batch computed).
+
+    On a GPU a plain read (``tolist``) would wait for everything queued on the stream, the next
+    batch included: each batch's results are copied to pinned host memory as it is queued, and
+    the read waits only for that copy's event."""
 
     def __init__(self, record: Callable[[List[Tuple[int, Any]]], None]) -> None:
         self.record = record
-        self.waiting: Optional[Tuple[List[int], torch.Tensor, Callable[[Any], Any]]] = None
+        self.waiting: Optional[Tuple[List[int], torch.Tensor, Optional[Any], Callable[[Any], Any]]] = None
 
     def add(self, indices: List[int], values: torch.Tensor, convert: Callable[[Any], Any] = lambda v: v) -> None:
         """A batch just queued: ``values`` (on the device), one per index, each read through ``convert``."""
+        copied = None
+        if values.is_cuda:
+            host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            host.copy_(values, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record(torch.cuda.current_stream(values.device))
+            values = host
         self.flush()
-        self.waiting = (indices, values, convert)
+        self.waiting = (indices, values, copied, convert)
 
     def __enter__(self) -> "OneBatchLate":
         return self
@@ -285,6 +296,8 @@ class OneBatchLate:
 
     def flush(self) -> None:
         if self.waiting is not None:
-            indices, values, convert = self.waiting
+            indices, values, copied, convert = self.waiting
             self.waiting = None
+            if copied is not None:
+                copied.synchronize()
             self.record([(i, convert(value)) for i, value in zip(indices, values.tolist())])

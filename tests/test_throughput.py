@@ -38,5 +38,9 @@ def test_a_peak_only_for_known_cuda_devices(monkeypatch):
     assert peak_flops(torch.device("cuda:0"), "bf16-mixed") == 756e12
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H200")
     assert peak_flops(torch.device("cuda:0"), "32") == 67e12
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H100 NVL")
+    assert peak_flops(torch.device("cuda:0"), "bf16-mixed") == 835e12  # not the SXM part's 989
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H100 80GB HBM3 MIG 3g.40gb")
+    assert peak_flops(torch.device("cuda:0"), "bf16-mixed") is None  # a slice: not the whole GPU's peak
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "Some GPU")
     assert peak_flops(torch.device("cuda:0"), "bf16-mixed") is None

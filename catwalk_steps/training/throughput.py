@@ -25,6 +25,7 @@ import torch
 PEAKS = {
     "H200": {"bf16-mixed": 989e12, "32": 67e12},
     "H100 PCIe": {"bf16-mixed": 756e12, "32": 51e12},
+    "H100 NVL": {"bf16-mixed": 835e12, "32": 60e12},
     "H100": {"bf16-mixed": 989e12, "32": 67e12},
     "A100": {"bf16-mixed": 312e12, "32": 19.5e12},
 }
@@ -38,10 +39,13 @@ def batch_tokens(batch: Dict[str, torch.Tensor]) -> int:
 
 
 def peak_flops(device: torch.device, precision: str) -> Optional[float]:
-    """The device's peak FLOP/s at ``precision``, or ``None`` (CPU, or a GPU not in :data:`PEAKS`)."""
+    """The device's peak FLOP/s at ``precision``, or ``None`` (CPU, a GPU not in :data:`PEAKS`, or a
+    MIG slice of one, which has a fraction of its peak)."""
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)
+    if "MIG" in name:
+        return None
     return next((peaks.get(precision) for fragment, peaks in PEAKS.items() if fragment in name), None)
 
 

@@ -170,7 +170,10 @@ def compare(directory: Path, args, dtype: str, repeats: int) -> None:
         command = [sys.executable, __file__, "--measure", which, "--directory", str(directory), "--device",
                    args.device, "--dtype", dtype, "--count", str(args.count), "--max_gen_toks",
                    str(args.max_gen_toks), "--repeats", str(repeats), "--shape", args.shape] + ["--long"] * args.long
-        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        child = subprocess.run(command, capture_output=True, text=True)
+        if child.returncode:  # its traceback, not only its exit status
+            raise SystemExit(f"{which} failed ({child.returncode}):\n{child.stderr[-4000:]}")
+        out = child.stdout
         found[which] = json.loads(out.strip().splitlines()[-1])
     mine, theirs = found["ours"]["outputs"], found["lm-eval"]["outputs"]
     differing = [k for k, (a, b) in enumerate(zip(mine, theirs)) if a != b]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The wheels that benchmarks/gpu_check.sh needs on the lent GPU machine and its image lacks, fetched
-# here (that machine reaches no package registry), for its Python 3.12, into .whl/ (git-ignored).
+# here (that machine reaches no package registry), for its Python 3.12 (PYTHON_VERSION=3.11 for a
+# rehearsal here), into .whl/ (git-ignored).
 # Its image has torch, transformers, peft, safetensors, torchmetrics, scipy, accelerate, pandas and
 # pyarrow; these are Tango, datasets, lm-evaluation-harness, the GPT-2 BPE files and what they
 # import, at the versions of the environment this runs in (the one the tests pass in). About 50 MB:
@@ -32,7 +33,7 @@ for name in "${PACKAGES[@]}"; do
   [ -n "$version" ] || { echo "$name is not installed here: install the project's [test,bench] extras first" >&2; exit 1; }
   # A binary or universal wheel for the device's Python; a package published only as source is
   # pure Python here: its wheel, built here, installs there.
-  python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  python -m pip download -q --no-deps --only-binary=:all: --python-version "${PYTHON_VERSION:-3.12}" --implementation cp \
     "${PLATFORMS[@]}" -d .whl "$name==$version" 2>/dev/null \
     || python -m pip wheel -q --no-deps -w .whl "$name==$version"
 done

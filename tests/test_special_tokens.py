@@ -59,6 +59,10 @@ def test_requests_are_lm_evaluation_harness_s_token_for_token(mistral_llama, add
     assert conventions.prefix_token_id == lm.prefix_token_id == 1
     if add_bos_token is not False:
         assert ours[0].context[0] == 1 and ours[4].context.count(1) == 1
+        # A whitespace-only context is BOS alone, the whitespace moving to the continuation (without
+        # BOS, lm-evaluation-harness's encoding refuses such a context: it has no tokens).
+        blank = [("\n", "Paris"), (" ", "Paris"), ("\n\n", " Paris")]
+        assert [(q.context, q.continuation) for q in (conventions.pair(*p) for p in blank)] == harness_pairs(lm, blank)
 
 
 def test_gpt2_style_tokenizers_encode_as_before():

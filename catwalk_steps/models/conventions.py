@@ -91,7 +91,7 @@ class TokenConventions:
             return Query((self.prefix_token_id,), tuple(tokens))
         stripped = context.rstrip()
         continuation = context[len(stripped):] + continuation
-        context_ids = self.encode(stripped) if stripped else []
+        context_ids = self.encode(stripped)  # a whitespace-only context: BOS alone, where one is added
         continuation_ids = self.encode(stripped + continuation)[len(context_ids):]
         if not continuation_ids:
             raise ValueError(f"Continuation {continuation!r} encodes to no tokens")

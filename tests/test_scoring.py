@@ -143,25 +143,6 @@ def test_shared_context_scoring_equals_the_plain_method(tiny):
     assert mixed == pytest.approx(one_by_one, abs=1e-4)
 
 
-def test_a_long_context_s_short_choices_batched_with_long_choices_stay_in_the_window(tiny):
-    """Every query fits the 64-position window, but the batch pads each continuation to the
-    longest: the padding after a 55-token context's 2-token choices must not be given positions
-    past the window (GPT-2's position table has 64 rows; it raised an IndexError, and on a GPU
-    a device-side assert that ends the process)."""
-    _, lm = tiny
-    window = lm.config.n_positions
-    long_context = [Query(tuple(range(1, window - 8)), (5 + k, 6 + k)) for k in range(2)]
-    long_choices = [Query(tuple(range(1, 11)), tuple(range(100 * k, 100 * k + 40))) for k in (1, 2)]
-    queries = long_context + long_choices
-    assert all(len(q.context) + len(q.continuation) <= window for q in queries)
-    kwargs = dict(pad_token_id=0, max_length=window, max_batch_size=8, max_batch_tokens=10**6)
-    batched = []
-    score_queries(lm, queries, on_batch=batched.append, **kwargs)
-    assert len(batched) == 1  # both instances' choices in one shared-context batch
-    assert score_queries(lm, queries, **kwargs) == pytest.approx(
-        [score_queries(lm, [q], **kwargs)[0] for q in queries], abs=1e-4)
-
-
 class CacheNamedCache(torch.nn.Module):
     """``lm`` with the forward signature of transformers 5.24+, where the key/value cache is
     ``cache`` (``past_key_values`` warns there, and goes in 5.40)."""

@@ -206,17 +206,21 @@ def _seq2seq_batch(lm: "PreTrainedModel", sequences: _Sequences, prompts: Sequen
 
 
 def generation_batches(
-    lengths: Sequence[int], budgets: Sequence[int], max_batch_size: int, max_batch_tokens: Optional[int]
+    lengths: Sequence[int], budgets: Sequence[int], max_batch_size: int, max_batch_tokens: Optional[int],
+    max_width: Optional[int] = None,
 ) -> Iterator[List[int]]:
     """Positions of prompts of ``lengths`` tokens (longest first) with ``budgets`` new tokens each,
     in consecutive batches of at most ``max_batch_size`` rows whose padded rows (the longest prompt
-    and the largest budget, what the key/value cache grows to) fit ``max_batch_tokens``; one row
-    over the budget is a batch of its own."""
+    and the largest budget, what the key/value cache grows to) fit ``max_batch_tokens`` and are at
+    most ``max_width`` long (each prompt fits the window with its own budget, but a long prompt
+    with a short budget beside a short prompt with a long one need not: GPT-Neo's attention mask
+    is a buffer the window's size); one row over the budget is a batch of its own."""
     batch: List[int] = []
     for k in range(len(lengths)):
         rows = batch + [k]
-        tokens = len(rows) * (max(lengths[b] for b in rows) + max(budgets[b] for b in rows))
-        over = max_batch_tokens is not None and tokens > max_batch_tokens
+        width = max(lengths[b] for b in rows) + max(budgets[b] for b in rows)
+        over = max_batch_tokens is not None and len(rows) * width > max_batch_tokens
+        over = over or (max_width is not None and width > max_width)
         if batch and (len(batch) == max_batch_size or over):
             yield batch
             batch = []
@@ -255,7 +259,9 @@ def generate_greedy(
     order = sorted(windows, key=lambda i: (-len(windows[i]), i))
     tokenizer, stops = conventions.tokenizer, conventions.stop_token_ids(lm)
     lengths, budgets = [len(windows[i]) for i in order], [requests[i].max_new_tokens for i in order]
-    for positions in generation_batches(lengths, budgets, max_batch_size, max_batch_tokens):
+    # A decoder-only batch's cache holds its prompts and new tokens; T5's encoder and decoder do not share one.
+    width = None if lm.config.is_encoder_decoder else max_length
+    for positions in generation_batches(lengths, budgets, max_batch_size, max_batch_tokens, width):
         batch = [order[k] for k in positions]
         sequences = _Sequences(tokenizer, [requests[i] for i in batch], stops,
                                [conventions.stop_strings(requests[i].until) for i in batch])

@@ -94,8 +94,9 @@ class RankClassificationCollator(DataCollator[Dict[str, Any]]):
     """Flattens the choices of each instance into one left-padded batch of queries; with
     ``shared_context``, into contexts (one per run of choices that follow the same context: one
     per instance, or one per choice where the choice is in the context, as in Winogrande) and
-    their continuations, unless a query of the batch must be cut to fit the model's window (then
-    the whole batch is plain).
+    their continuations, unless the batch's longest context and longest continuation, padded
+    together, would not fit the model's window (then the whole batch is plain: a query cut to fit
+    the window, or a long context with short choices beside a short one with long choices).
 
     Holds only the pad id and length limit, so it is cheap to send to DDP workers.
     """
@@ -107,7 +108,10 @@ class RankClassificationCollator(DataCollator[Dict[str, Any]]):
 
     def __call__(self, items: List[Dict[str, Any]]) -> Dict[str, Any]:
         queries = [Query(tuple(context), tuple(c)) for item in items for context, c in item["queries"]]
-        fits = all(len(q.context) + len(q.continuation) <= self.max_length + 1 for q in queries)
+        # Shared only where every query, and the padded batch (its longest context and its longest
+        # continuation), fit the window, as :func:`.scoring.score_queries` batches them.
+        width = max(len(q.context) for q in queries) + max(len(q.continuation) for q in queries)
+        fits = width <= self.max_length + 1
         if self.shared_context and fits:
             contexts: List[Tuple[int, ...]] = []
             continuations: List[List[Tuple[int, ...]]] = []

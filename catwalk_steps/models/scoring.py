@@ -121,7 +121,7 @@ def greedy_continuation_logliks(
 
 def budget_batches(
     lengths: Sequence[int], max_batch_size: int, max_batch_tokens: int, *,
-    contexts: Optional[Sequence[int]] = None, rows_each: int = 1,
+    contexts: Optional[Sequence[int]] = None, rows_each: int = 1, max_width: Optional[int] = None,
 ) -> Iterator[List[int]]:
     """Indices grouped into batches, longest first, each within ``max_batch_size`` rows and
     ``max_batch_tokens`` padded tokens, and none padding an item to more than twice its length
@@ -133,7 +133,10 @@ def budget_batches(
     batch pads its contexts to the longest and its continuations to the longest, and each
     continuation holds a copy of its context's key/value cache, so a batch holds
     ``rows x (longest context + longest continuation)`` positions. (Counting a context once per
-    group would let long contexts with many choices hold several times the budget.)"""
+    group would let long contexts with many choices hold several times the budget.) Nor may that
+    width exceed ``max_width``: a long context with short choices and a short context with long
+    choices each fit a model's window, but padded together they need not (GPT-Neo's attention
+    mask is a buffer the window's size)."""
     contexts = contexts if contexts is not None else [0] * len(lengths)
     order = sorted(range(len(lengths)), key=lambda i: -(contexts[i] + lengths[i]))
     batch: List[int] = []
@@ -143,6 +146,7 @@ def budget_batches(
             rows = (len(batch) + 1) * rows_each
             width = max(longest_context, contexts[index]) + max(longest, lengths[index])
             full = rows > max_batch_size or rows * width > max_batch_tokens
+            full = full or (max_width is not None and width > max_width)
             if full or 2 * (contexts[index] + lengths[index]) < contexts[batch[0]] + lengths[batch[0]]:
                 yield batch
                 batch, longest_context, longest = [], 0, 0
@@ -232,7 +236,9 @@ def score_queries(
         for size, alike in sorted(by_size.items(), reverse=True):
             longest = [max(len(queries[i].continuation) for i in m) for m in alike]
             contexts = [len(queries[m[0]].context) for m in alike]
-            for batch in budget_batches(longest, max_batch_size, max_batch_tokens, contexts=contexts, rows_each=size):
+            # A context and its continuation, less the last token, fill at most the window (shareable).
+            for batch in budget_batches(longest, max_batch_size, max_batch_tokens, contexts=contexts, rows_each=size,
+                                        max_width=max_length + 1):
                 members = [alike[g] for g in batch]
                 tensors = collate_shared(
                     [queries[m[0]].context for m in members],

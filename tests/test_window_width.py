@@ -12,6 +12,7 @@ from catwalk_steps.models.generation import GenerationRequest, generate_greedy
 from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.models.rank_classification import RankClassificationCollator, RankClassificationModel
 from catwalk_steps.models.scoring import Query, score_queries
+from catwalk_steps.models.shared_context import can_share_contexts
 from catwalk_steps.models.weights import load_pretrained
 
 from .conftest import NO_DROPOUT, TINY, TINY_MODEL
@@ -54,7 +55,8 @@ def test_scoring(model):
     kwargs = dict(pad_token_id=0, max_length=WINDOW, max_batch_size=8, max_batch_tokens=10**6)
     batches = []
     together = score_queries(lm, queries, on_batch=batches.append, **kwargs)
-    assert sorted(len(batch) for batch in batches) == [2, 2]  # each instance's choices apart
+    if can_share_contexts(lm):  # (not GPT-Neo under transformers 4.57: plain rows, each cut to the window)
+        assert sorted(len(batch) for batch in batches) == [2, 2]  # each instance's choices apart
     assert together == pytest.approx([score_queries(lm, [q], **kwargs)[0] for q in queries], abs=1e-4)
 
 

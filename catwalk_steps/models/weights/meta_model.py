@@ -64,13 +64,15 @@ def files_name_every_weight(lm: "PreTrainedModel", files: List[Path]) -> bool:
 def fill_model(model: "PreTrainedModel", tensors: Iterable[Tuple[str, torch.Tensor]]) -> "PreTrainedModel":
     """Makes ``tensors`` the parameters of an :func:`empty_model` (no copy), then ties weights.
 
-    Keys a checkpoint leaves out because they are tied (GPT-2's ``lm_head.weight``) may be
-    missing; anything else missing, unexpected or of another shape is an error naming the keys.
+    Keys a checkpoint leaves out because they are tied (GPT-2's ``lm_head.weight``, BART's
+    encoder and decoder embeddings) may be missing; anything else missing, unexpected or of
+    another shape is an error naming the keys.
     """
     state = dict(tensors)
     expected = model.state_dict()
     unexpected = [k for k in state if k not in expected]
-    tied = set(getattr(model, "_tied_weights_keys", None) or [])
+    model.tie_weights()  # the ties a checkpoint relies on, as structure: each alias's owner comes first
+    tied = set(tied_aliases(model))
     buffers = dict(model.named_buffers())
     missing = [k for k in expected if k not in state and k not in tied and k not in buffers]
     mismatched = [k for k in expected if k in state and state[k].shape != expected[k].shape]

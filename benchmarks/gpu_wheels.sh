@@ -7,9 +7,13 @@
 # import, at the versions of the environment this runs in (the one the tests pass in). About 50 MB:
 # the device tool carries at most 64 MiB with the working tree (3.6 MB). Then, on the device:
 #
-#   run(carry=[".whl"], command="python3 -m pip install -q --no-index --no-deps --no-compile
-#       --no-cache-dir --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site:$PWD
-#       HF_HUB_OFFLINE=1 benchmarks/gpu_check.sh")
+#   run(carry=[".whl"], timeout_s=600, command="python3 -m pip install -q --no-index --no-deps
+#       --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit; set -o pipefail;
+#       PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 benchmarks/gpu_check.sh 2>&1
+#       | tee $OUT/gpu_check.log; status=$?; cp -r profiles $OUT/ 2>/dev/null; exit $status")
+#
+# (The whole log and the profiler's traces come back under $OUT, beyond the reply's last 12,000
+# characters.)
 #
 #   . .venv/bin/activate && benchmarks/gpu_wheels.sh
 set -euo pipefail

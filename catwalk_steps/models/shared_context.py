@@ -74,7 +74,10 @@ def shared_context_logliks(
 ) -> torch.Tensor:
     """Summed log-likelihood of each continuation of a :func:`collate_shared` batch, shape
     ``[continuations]`` (``scored``: ``mask``'s :func:`~.output_layer.scored_positions`, as
-    collated). Inputs must fit the model's context window."""
+    collated). The padded batch must fit the model's context window: its longest context and its
+    longest continuation together at most one token over it (its padding's positions run on past
+    a shorter row's, and some models' masks are buffers the window's size). Callers batch so
+    (``scoring.budget_batches``' ``max_width``, the training collator)."""
     from transformers import DynamicCache
 
     cache_argument = cache_keyword(lm)
@@ -91,13 +94,10 @@ def shared_context_logliks(
     if inputs.shape[1] == 0:
         return logliks
     cache.batch_select_indices(group)  # one copy of its context's cache per continuation
-    # Each row's positions go on from its context's; its padding repeats its last position, as
-    # the padding of a long context with short choices, batched with longer choices, would
-    # otherwise run past the window (an index error in a learned position table, GPT-2's).
     continued = dict(
         input_ids=inputs,
         attention_mask=torch.cat([context_mask[group], mask], dim=1),
-        position_ids=context_mask.sum(-1)[group][:, None] + mask.cumsum(-1) - 1,
+        position_ids=context_mask.sum(-1)[group][:, None] + torch.arange(inputs.shape[1], device=inputs.device),
     )
     if output_layer(lm) is not None:  # logits at real targets only, not at the padding
         return logliks + target_logprob_sums(lm, hidden_states(lm, cache, **continued), targets, mask, scored)

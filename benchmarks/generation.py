@@ -96,7 +96,7 @@ def lm_eval(directory: Path, prompts, stops, max_gen_toks: int, device: str = "c
     return lambda only=None: (harness.generate_until(batch[:only], disable_tqdm=True), None)
 
 
-def max_length(args) -> int:
+def window(args) -> int:
     """Both generators' context window: the model's positions."""
     return SHAPES[args.shape]["n_positions"]
 
@@ -111,7 +111,7 @@ def measure(directory: Path, which: str, args, dtype: str, repeats: int) -> None
     device = args.device
     stops = json.loads((directory / "stops.json").read_text())
     run = {"ours": ours, "lm-eval": lm_eval}[which](directory, requests(args.count, args.long), stops, args.max_gen_toks,
-                                                     device, dtype, max_length(args))
+                                                     device, dtype, window(args))
     synchronize = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     if device.startswith("cuda"):
         run(32)
@@ -135,7 +135,7 @@ def stop_words(directory: Path, args) -> None:
         (directory / "stops.json").write_text(json.dumps([[] for _ in prompts]))
         return
     uncut = ours(directory, prompts, [[] for _ in prompts], args.max_gen_toks, args.device,
-                 max_length=max_length(args))()[0]
+                 max_length=window(args))()[0]
     rng = random.Random(1)
     stops = []
     for text in uncut:
@@ -214,7 +214,7 @@ def main() -> None:
         measure(Path(args.directory), args.measure, args, args.dtype[0], repeats)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        directory = build_bos_model(Path(tmp), max_length(args)) if args.bos else build_model(Path(tmp), args.shape)
+        directory = build_bos_model(Path(tmp), window(args)) if args.bos else build_model(Path(tmp), args.shape)
         stop_words(directory, args)
         model = "Llama, Mistral's BOS-adding tokenizer" if args.bos else f"GPT-2 ({args.shape}), GPT-2's tokenizer"
         print(f"{model}; {args.count} {'long ' if args.long else ''}prompts, max_gen_toks {args.max_gen_toks}, "

@@ -84,7 +84,7 @@ def plain(directory: Path, count: int, batch: int, device: str, precision: str) 
     optimizer = torch.optim.AdamW(lm.parameters(), lr=1e-5)
     data = examples(count)
     steps, timed, tokens, start = count // batch, 0, 0, None
-    batches = [_plain_batch(conventions, data[step * batch:(step + 1) * batch]) for step in range(steps)]
+    batches = [_plain_batch(conventions, data[step * batch:(step + 1) * batch], device) for step in range(steps)]
     for step, (ids, mask, scored, labels, read) in enumerate(batches):
         if step == steps - steps // 2:  # tokenized and collated before timing, as ours is; counted on the host
             _synchronize(device)
@@ -106,7 +106,7 @@ def plain(directory: Path, count: int, batch: int, device: str, precision: str) 
     return {"examples/s": timed / seconds, "tokens/s": tokens / seconds}
 
 
-def _plain_batch(conventions, chunk):
+def _plain_batch(conventions, chunk, device: str):
     """One step's left-padded ids, mask and scored positions, its labels and the positions it reads."""
     queries = [conventions.pair(context, choice) for context, choices, _ in chunk for choice in choices]
     rows = [list(q.context + q.continuation) for q in queries]
@@ -115,7 +115,7 @@ def _plain_batch(conventions, chunk):
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
     scored = torch.tensor([[0] * (width - len(q.continuation)) + [1] * len(q.continuation) for q in queries])[:, 1:]
     labels = torch.tensor([c[2] for c in chunk])
-    if torch.cuda.is_available():
+    if torch.device(device).type == "cuda":
         ids, mask, scored, labels = (t.pin_memory() for t in (ids, mask, scored, labels))
     return ids, mask, scored, labels, sum(map(len, rows))
 

@@ -52,9 +52,10 @@ def test_the_decoder_scores_each_continuation_after_the_encoded_context(tiny_t5)
             loss = lm(input_ids=torch.tensor([list(query.context) + [eos]]), labels=labels).loss
             expected.append(-loss.item() * labels.shape[1])
     assert ours == pytest.approx(expected, abs=1e-4)
-    # Contexts longer than the window are cut from the left, as for decoder-only models.
+    # Contexts longer than the window are cut from the left, to the window with their EOS
+    # (lm-evaluation-harness's seq2seq cut), whatever the continuation's length.
     long = TokenConventions(tokenizer, encoder_decoder=True).pair(" ".join(["the box"] * 40), " Use a broom.")
-    kept = long.context[-(32 + 1 - len(long.continuation)):]
+    kept = long.context[-(32 - 1):]
     kwargs = dict(pad_token_id=tokenizer.pad_token_id, max_length=32, max_batch_size=4, max_batch_tokens=4096)
     assert score_queries(lm, [long], **kwargs) == pytest.approx(
         score_queries(lm, [type(long)(kept, long.continuation)], **kwargs), abs=1e-5)
@@ -81,3 +82,80 @@ def test_fine_tuning_caching_and_prediction_work_as_for_decoder_only_models(tiny
     assert metrics["acc"] == pytest.approx(trained.training_metrics["val_acc"], abs=1e-6)
     zero_shot = PredictStep(model=tiny_t5, task=task, limit=32, step_name="zero").result(workspace)
     assert [p["logliks"] for p in zero_shot] != [p["logliks"] for p in from_cache]
+
+
+@pytest.fixture(scope="module")
+def t5_with_eos_tokenizer(tmp_path_factory) -> str:
+    """A tiny T5 whose tokenizer ends every encoding with EOS, as T5's own does (the demo's BPE
+    with that template; 512 as its ``model_max_length``, T5's), so that lm-evaluation-harness's
+    seq2seq HFLM, which takes the EOS from the tokenizer, and we, who append it, encode alike."""
+    from tokenizers.processors import TemplateProcessing
+
+    directory = tmp_path_factory.mktemp("t5-eos")
+    tokenizer = AutoTokenizer.from_pretrained(TINY / "model", model_max_length=512)
+    eos = tokenizer.eos_token
+    tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
+        single=f"$A {eos}", special_tokens=[(eos, tokenizer.eos_token_id)])
+    assert tokenizer.encode("a b")[-1] == tokenizer.eos_token_id
+    torch.manual_seed(0)
+    config = T5Config(
+        vocab_size=len(tokenizer), d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2, dropout_rate=0.0,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.eos_token_id,
+    )
+    T5ForConditionalGeneration(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return f"rc::{directory}"
+
+
+def test_the_encoder_reads_what_lm_evaluation_harness_s_seq2seq_encoder_reads(t5_with_eos_tokenizer):
+    """lm-eval's seq2seq scoring gives the encoder the context's encoding, EOS included, cut to
+    its last 512 tokens: so does ours, whatever the continuation's length. (The decoder's side
+    differs by convention: we score the continuation's EOS too, as T0 and catwalk do, where
+    lm-eval 0.4.13 encodes the continuation without special tokens.)"""
+    pytest.importorskip("lm_eval")
+    from lm_eval.models.huggingface import HFLM
+
+    directory = t5_with_eos_tokenizer.removeprefix("rc::")
+    harness = HFLM(pretrained=directory, device="cpu", batch_size=4, dtype="float32")
+    assert harness.backend == "seq2seq" and harness.max_length == 512
+    long = " ".join(["the box is on the table"] * 100)  # ~600 tokens: past the window
+    pairs = PAIRS + [(long, " Use a broom."), (long + " and", " a long answer of many words," * 5), (long, "s")]
+    spec = ModelSpec.parse(t5_with_eos_tokenizer)
+    conventions, lm = spec.conventions(), load_pretrained(spec).eval()
+    queries = [conventions.pair(c, x) for c, x in pairs]
+    assert all(len(q.context) > 512 for q in queries[len(PAIRS):])
+    eos = conventions.tokenizer.eos_token_id
+    expected = []
+    with torch.no_grad():
+        for (context, continuation), query in zip(pairs, queries):
+            encoder_input = harness._encode_pair(context, continuation)[0][-harness.max_length:]
+            labels = torch.tensor([list(query.continuation) + [eos]])
+            loss = lm(input_ids=torch.tensor([encoder_input]), labels=labels).loss
+            expected.append(-loss.item() * labels.shape[1])
+    for batch_size in (1, 4):
+        ours = score_queries(lm, queries, pad_token_id=conventions.pad_token_id, max_length=512,
+                             max_batch_size=batch_size, max_batch_tokens=10**6)
+        assert ours == pytest.approx(expected, abs=1e-4)
+
+
+def test_an_encoder_decoder_with_learned_positions_scores_contexts_past_its_window(tmp_path):
+    """BART's positions are a table of its window's size: a context cut as T5's is fits it."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    tokenizer = AutoTokenizer.from_pretrained(TINY / "model")
+    torch.manual_seed(0)
+    config = BartConfig(vocab_size=len(tokenizer), d_model=32, encoder_layers=1, decoder_layers=1,
+                        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                        max_position_embeddings=64, pad_token_id=tokenizer.eos_token_id,
+                        eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.eos_token_id,
+                        bos_token_id=tokenizer.eos_token_id, forced_eos_token_id=None)
+    BartForConditionalGeneration(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    spec = ModelSpec.parse(f"rc::{tmp_path}")
+    conventions, lm = spec.conventions(), load_pretrained(spec).eval()
+    query = conventions.pair(" ".join(["the box"] * 80), " box")  # one token: the old cut kept 64 and the EOS
+    assert len(query.continuation) == 1 and len(query.context) > 64
+    kwargs = dict(pad_token_id=conventions.pad_token_id, max_length=64, max_batch_size=4, max_batch_tokens=4096)
+    cut = type(query)(query.context[-63:], query.continuation)  # 63 tokens and the EOS: the whole window
+    assert score_queries(lm, [query], **kwargs) == pytest.approx(score_queries(lm, [cut], **kwargs), abs=1e-5)

@@ -67,13 +67,15 @@ class AnswerLossModel(RankClassificationModel):
 
 class AnswerCollator(DataCollator[Dict[str, Any]]):
     """Collates ``{"prompt": ids, "answer": ids}`` items into one left-padded batch; a prompt too
-    long for the model's window is cut from the left. Holds only the pad id and the window, so
-    it is cheap to send to DDP workers."""
+    long for the model's window is cut from the left (:func:`.scoring.model_input`). Holds only
+    the pad id, the window and whether the model is an encoder-decoder, so it is cheap to send to
+    DDP workers."""
 
-    def __init__(self, pad_token_id: int, max_length: int) -> None:
+    def __init__(self, pad_token_id: int, max_length: int, encoder_decoder: bool = False) -> None:
         self.pad_token_id = pad_token_id
         self.max_length = max_length
+        self.encoder_decoder = encoder_decoder
 
     def __call__(self, items: List[Dict[str, Any]]) -> Dict[str, Any]:
         queries = [Query(tuple(item["prompt"]), tuple(item["answer"])) for item in items]
-        return collate_queries(queries, self.pad_token_id, self.max_length)
+        return collate_queries(queries, self.pad_token_id, self.max_length, self.encoder_decoder)

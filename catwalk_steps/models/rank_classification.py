@@ -98,13 +98,18 @@ class RankClassificationCollator(DataCollator[Dict[str, Any]]):
     together, would not fit the model's window (then the whole batch is plain: a query cut to fit
     the window, or a long context with short choices beside a short one with long choices).
 
-    Holds only the pad id and length limit, so it is cheap to send to DDP workers.
+    Holds only the pad id, the length limit and whether the model is an encoder-decoder (whose
+    context and continuation are cut apart: :func:`.scoring.model_input`), so it is cheap to send
+    to DDP workers.
     """
 
-    def __init__(self, pad_token_id: int, max_length: int, shared_context: bool = False) -> None:
+    def __init__(
+        self, pad_token_id: int, max_length: int, shared_context: bool = False, encoder_decoder: bool = False
+    ) -> None:
         self.pad_token_id = pad_token_id
         self.max_length = max_length
         self.shared_context = shared_context
+        self.encoder_decoder = encoder_decoder
 
     def __call__(self, items: List[Dict[str, Any]]) -> Dict[str, Any]:
         queries = [Query(tuple(context), tuple(c)) for item in items for context, c in item["queries"]]
@@ -122,7 +127,7 @@ class RankClassificationCollator(DataCollator[Dict[str, Any]]):
                 continuations[-1].append(query.continuation)
             batch = collate_shared(contexts, continuations, self.pad_token_id)
         else:
-            batch = collate_queries(queries, self.pad_token_id, self.max_length)
+            batch = collate_queries(queries, self.pad_token_id, self.max_length, self.encoder_decoder)
         batch["choice_instance"] = torch.tensor(
             [row for row, item in enumerate(items) for _ in item["queries"]], dtype=torch.long
         )

@@ -30,24 +30,37 @@ class Query:
     continuation: Tuple[int, ...]
 
 
-def model_input(query: Query, max_length: int) -> Tuple[List[int], List[int]]:
-    """The token ids fed to the model (left-truncated to ``max_length``) and the targets scored."""
-    if len(query.continuation) > max_length:
+def model_input(query: Query, max_length: int, encoder_decoder: bool = False) -> Tuple[List[int], List[int]]:
+    """The token ids fed to the model (left-truncated to ``max_length``) and the targets scored.
+
+    An encoder-decoder's encoder reads the context and its decoder the continuation, each
+    followed by the EOS :mod:`.seq2seq` appends and each within the window: the context keeps its
+    last ``max_length - 1`` tokens, as lm-evaluation-harness's seq2seq ``context_enc[-max_length:]``
+    keeps them (its encoding ends in that EOS). The row is still laid out as a decoder-only one
+    (context, then the continuation less its last token), which :mod:`.seq2seq` reads back."""
+    room = max_length - 1 if encoder_decoder else max_length
+    if len(query.continuation) > room:
         raise ConfigurationError(
             f"A continuation of {len(query.continuation)} tokens does not fit the model's "
-            f"context window of {max_length} tokens"
+            f"context window of {max_length} tokens" + (" with its EOS" if encoder_decoder else "")
         )
-    tokens = (query.context + query.continuation)[-(max_length + 1):]
+    if encoder_decoder:
+        tokens = query.context[-room:] + query.continuation
+    else:
+        tokens = (query.context + query.continuation)[-(max_length + 1):]
     return list(tokens[:-1]), list(query.continuation)
 
 
-def collate_queries(queries: Sequence[Query], pad_token_id: int, max_length: int) -> Dict[str, torch.Tensor]:
-    """Left-padded inputs with explicit position ids, and right-aligned targets.
+def collate_queries(
+    queries: Sequence[Query], pad_token_id: int, max_length: int, encoder_decoder: bool = False
+) -> Dict[str, torch.Tensor]:
+    """Left-padded inputs with explicit position ids, and right-aligned targets (each query cut
+    by :func:`model_input`).
 
     Left padding puts every continuation at the end of its row, so the model only has to produce
     logits for the last ``targets.shape[1]`` positions.
     """
-    pairs = [model_input(query, max_length) for query in queries]
+    pairs = [model_input(query, max_length, encoder_decoder) for query in queries]
     width = max(len(inputs) for inputs, _ in pairs)
     target_width = max(len(targets) for _, targets in pairs)
     input_ids = torch.full((len(pairs), width), pad_token_id, dtype=torch.long)
@@ -250,10 +263,11 @@ def score_queries(
                 values = shared_context_logliks(lm, **on_device(tensors, device))
                 results.add([i for m in members for i in m], values)
 
-        lengths = [len(model_input(queries[i], max_length)[0]) for i in single]
+        encoder_decoder = lm.config.is_encoder_decoder
+        lengths = [len(model_input(queries[i], max_length, encoder_decoder)[0]) for i in single]
         for batch in budget_batches(lengths, max_batch_size, max_batch_tokens):
             indices = [single[i] for i in batch]
-            tensors = collate_queries([queries[i] for i in indices], pad_token_id, max_length)
+            tensors = collate_queries([queries[i] for i in indices], pad_token_id, max_length, encoder_decoder)
             if greedy or not selects:  # logits at every target position: none to select
                 tensors.pop("scored")
             tensors = on_device(tensors, device)

@@ -2,13 +2,15 @@
 encoder, and the decoder scores each continuation.
 
 Queries are tokenised as for decoder-only models (``conventions.TokenConventions.pair``: for an
-encoder-decoder no special tokens,
-the continuation's tokens the tail of ``context + continuation``), and training collates them
-in the decoder-only layout (``scoring.collate_queries``). So that training and prediction share
-one path and one truncation rule, the context and continuation of each row are read back from
-that layout here. T5's tokenizer ends both its inputs and its targets with ``</s>``, so the EOS
-is appended to both here, and a continuation's log-likelihood includes it (ending the answer
-there, the convention of T0's and catwalk's rank classification).
+encoder-decoder no special tokens, the continuation's tokens the tail of ``context +
+continuation``), and training collates them in the decoder-only layout
+(``scoring.collate_queries``). So that training and prediction share one path and one truncation
+rule, the context and continuation of each row are read back from that layout here. T5's
+tokenizer ends both its inputs and its targets with ``</s>``, so the EOS is appended to both
+here, and a continuation's log-likelihood includes it (ending the answer there, the convention of
+T0's and catwalk's rank classification). Each is cut to the window as lm-evaluation-harness's
+seq2seq scoring cuts them: the context to its last ``window - 1`` tokens before the EOS
+(``scoring.model_input``), and a continuation that does not fit with its EOS is an error.
 """
 
 from typing import TYPE_CHECKING, Dict, List, Sequence, Tuple

@@ -147,15 +147,15 @@ def answer_examples(
                     queries = [encode_answer(conventions, instance.prompt,
                                              instance.target_delimiter + instance.references[0])]
                 for number, query in enumerate(queries, 1):
-                    if len(query.continuation) > max_length:
+                    tokens = scored_tokens(query.continuation, conventions.encoder_decoder)
+                    if tokens > max_length:
                         raise ConfigurationError(
                             f"Instance {instance.id}: its answer and its end (EOS, or the template's end of turn) make "
-                            f"{len(query.continuation)} tokens, more than "
-                            f"the model's context window of {max_length}"
+                            f"{tokens} tokens, more than the model's context window of {max_length}"
                         )
                     last = number == len(queries)
                     examples.append({"prompt": list(query.context), "answer": list(query.continuation),
-                                     "tokens": scored_tokens(query.continuation, conventions.encoder_decoder),
+                                     "tokens": tokens,
                                      "instance": instance if last else None, "task": task})
                 bar.update(1)
     return examples

@@ -103,9 +103,10 @@ class TrainingJob:
 
     def collator(self, model: RankClassificationModel):
         """What turns a list of examples into the model's batch."""
+        encoder_decoder = model.scoring_lm.config.is_encoder_decoder
         if self.generative:
-            return AnswerCollator(self.pad_token_id, self.max_length)
-        return RankClassificationCollator(self.pad_token_id, self.max_length, model.shares_contexts)
+            return AnswerCollator(self.pad_token_id, self.max_length, encoder_decoder)
+        return RankClassificationCollator(self.pad_token_id, self.max_length, model.shares_contexts, encoder_decoder)
 
     def loss_divisor(self, step: int, world_size: int) -> float:
         """What a micro-batch's loss is divided by, so that with DDP's average over the workers

@@ -197,5 +197,6 @@ def test_the_key_reads_the_files_as_the_tokenizer_encodes(mistral_llama, chat_ll
         spec = ModelSpec.parse(model)
         found = adds_special_tokens_on_disk(spec.file_here)  # None: the key falls back to the loaded tokenizer
         assert found in (None, spec.conventions().adds_special_tokens()), model
-    assert [ModelSpec.parse(m).conventions_key() is not None for m in models] == [False, True, True, True, False, False]
+    assert [ModelSpec.parse(m).conventions_key() is not None for m in models] == [False, True, True, True, True, False]
+    assert ModelSpec.parse(models[4]).conventions_key() == {"encoder_window": "context cut to the window with its EOS"}
     assert adds_special_tokens_on_disk(ModelSpec.parse("rc::no-such/model").file_here) is None

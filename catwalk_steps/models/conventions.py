@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
 #: The lm-evaluation-harness release whose encoding these conventions reproduce.
 LM_EVAL_CONVENTIONS = "lm-eval 0.4.13"
+#: How an encoder-decoder's context meets the window (:func:`.scoring.model_input`): its last
+#: ``window - 1`` tokens and the EOS, as lm-evaluation-harness's seq2seq scoring cuts it (until
+#: 2026-12-06 the continuation's length took from it, and cache keys held nothing of this).
+SEQ2SEQ_WINDOW = "context cut to the window with its EOS"
 #: A text whose encoding shows whether special tokens are added.
 SAMPLE = "Question: is this a sample? Answer: yes"
 
@@ -132,12 +136,22 @@ class TokenConventions:
         return self.encode(SAMPLE) != self.plain(SAMPLE) or self.prompt(SAMPLE) != tuple(self.plain(SAMPLE))
 
 
-def conventions_key(adds_special_tokens: bool) -> Optional[Dict[str, Any]]:
+def conventions_key(adds_special_tokens: bool, encoder_decoder: bool = False) -> Optional[Dict[str, Any]]:
     """What a cache key holds of a model's conventions: nothing where they encode as before they
-    existed (GPT-2, T5, any tokenizer without special tokens), so that those keys do not change;
-    else the conventions' name, so that a result computed without the special tokens is never
-    reused."""
+    existed (GPT-2, any tokenizer without special tokens), so that those keys do not change; else
+    the conventions' name, so that a result computed without the special tokens is never reused;
+    for an encoder-decoder, how its context is cut (:data:`SEQ2SEQ_WINDOW`), so that a result
+    whose contexts were cut the earlier way is never reused."""
+    if encoder_decoder:
+        return {"encoder_window": SEQ2SEQ_WINDOW}
     return {"special_tokens": LM_EVAL_CONVENTIONS} if adds_special_tokens else None
+
+
+def encoder_decoder_on_disk(file: Callable[[str, str], Optional[Path]]) -> Optional[bool]:
+    """Whether the model's ``config.json`` (``file("model", "config.json")``) says it is an
+    encoder-decoder; ``None`` where the file is not on this machine."""
+    config = file("model", "config.json")
+    return None if config is None else bool(json.loads(config.read_text()).get("is_encoder_decoder"))
 
 
 def adds_special_tokens_on_disk(file: Callable[[str, str], Optional[Path]]) -> Optional[bool]:
@@ -151,7 +165,7 @@ def adds_special_tokens_on_disk(file: Callable[[str, str], Optional[Path]]) -> O
         ("model", "config.json"), ("tokenizer", "tokenizer_config.json"), ("tokenizer", "tokenizer.json")))
     if config is None or fast is None:
         return None
-    if json.loads(config.read_text()).get("is_encoder_decoder"):
+    if encoder_decoder_on_disk(file):
         return False
     if settings is not None and {"add_bos_token", "add_eos_token"} & set(json.loads(settings.read_text())):
         return None

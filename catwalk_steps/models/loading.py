@@ -44,8 +44,8 @@ def directory_fingerprint(directory: Path) -> str:
 class ModelName(str, CustomDetHash):
     """A model or tokenizer name as a step argument, hashed into cache keys with the contents of
     its files when it names a local directory (a hub name carries its ``@revision``, if any), and,
-    for a model whose tokenizer adds special tokens, with the token conventions
-    (:func:`.conventions.conventions_key`)."""
+    for a model whose tokenizer adds special tokens or an encoder-decoder, with the token
+    conventions (:func:`.conventions.conventions_key`)."""
 
     conventions: Optional[Dict[str, Any]] = None
 
@@ -59,8 +59,8 @@ class ModelName(str, CustomDetHash):
 def with_model_names(kwargs: Dict[str, Any]) -> Dict[str, Any]:
     """A step's settings with ``model`` and ``tokenizer`` names as :class:`ModelName`: its cache
     key then holds a local model's (and tokenizer's) file contents, not only its path, and the
-    model's token conventions where they add special tokens. An ``lm::NAME`` model is written
-    ``rc::NAME``, so both specs share cache entries."""
+    model's token conventions where they add special tokens or cut an encoder's context. An
+    ``lm::NAME`` model is written ``rc::NAME``, so both specs share cache entries."""
     for name in ("model", "tokenizer"):
         if isinstance(kwargs.get(name), str):
             value = kwargs[name]
@@ -205,9 +205,11 @@ def _conventions_key(
 ) -> Optional[Dict[str, Any]]:
     """Memoised per process (and per local files' contents): a sweep names one model many times.
     Read from the files where they say (no transformers import), else from the loaded tokenizer."""
-    from .conventions import adds_special_tokens_on_disk, conventions_key
+    from .conventions import adds_special_tokens_on_disk, conventions_key, encoder_decoder_on_disk
 
     spec = ModelSpec(pretrained, tokenizer=tokenizer, revision=revision)
+    if encoder_decoder_on_disk(spec.file_here):
+        return conventions_key(False, encoder_decoder=True)
     adds = adds_special_tokens_on_disk(spec.file_here)
     if adds is None and spec.file_here("tokenizer", "tokenizer_config.json") is not None:
         try:

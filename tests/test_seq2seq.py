@@ -21,11 +21,8 @@ PAIRS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tiny_t5(tmp_path_factory) -> str:
-    """A randomly initialised 1-layer T5 with the demo's tokenizer, saved like a hub model."""
-    directory = tmp_path_factory.mktemp("tiny-t5")
-    tokenizer = AutoTokenizer.from_pretrained(TINY / "model")
+def saved_t5(directory, tokenizer) -> str:
+    """A randomly initialised 1-layer T5 for ``tokenizer``, saved with it like a hub model."""
     torch.manual_seed(0)
     config = T5Config(
         vocab_size=len(tokenizer), d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2, dropout_rate=0.0,
@@ -35,6 +32,12 @@ def tiny_t5(tmp_path_factory) -> str:
     T5ForConditionalGeneration(config).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return f"rc::{directory}"
+
+
+@pytest.fixture(scope="module")
+def tiny_t5(tmp_path_factory) -> str:
+    """A tiny T5 with the demo's tokenizer."""
+    return saved_t5(tmp_path_factory.mktemp("tiny-t5"), AutoTokenizer.from_pretrained(TINY / "model"))
 
 
 def test_the_decoder_scores_each_continuation_after_the_encoded_context(tiny_t5):
@@ -88,7 +91,7 @@ def test_fine_tuning_caching_and_prediction_work_as_for_decoder_only_models(tiny
 def t5_with_eos_tokenizer(tmp_path_factory) -> str:
     """A tiny T5 whose tokenizer ends every encoding with EOS, as T5's own does (the demo's BPE
     with that template; 512 as its ``model_max_length``, T5's), so that lm-evaluation-harness's
-    seq2seq HFLM, which takes the EOS from the tokenizer, and we, who append it, encode alike."""
+    seq2seq HFLM, which takes the EOS from the tokenizer, and we, who append it, encode contexts alike."""
     from tokenizers.processors import TemplateProcessing
 
     directory = tmp_path_factory.mktemp("t5-eos")
@@ -97,15 +100,7 @@ def t5_with_eos_tokenizer(tmp_path_factory) -> str:
     tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
         single=f"$A {eos}", special_tokens=[(eos, tokenizer.eos_token_id)])
     assert tokenizer.encode("a b")[-1] == tokenizer.eos_token_id
-    torch.manual_seed(0)
-    config = T5Config(
-        vocab_size=len(tokenizer), d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2, dropout_rate=0.0,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.eos_token_id,
-    )
-    T5ForConditionalGeneration(config).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return f"rc::{directory}"
+    return saved_t5(directory, tokenizer)
 
 
 def test_the_encoder_reads_what_lm_evaluation_harness_s_seq2seq_encoder_reads(t5_with_eos_tokenizer):

@@ -161,11 +161,11 @@ def adds_special_tokens_on_disk(file: Callable[[str, str], Optional[Path]]) -> O
     says whether it adds special tokens, the model's ``config.json`` whether it is an
     encoder-decoder. ``None`` where the files cannot say: not on this machine, or a
     ``tokenizer_config.json`` whose ``add_bos_token``/``add_eos_token`` transformers applies on load."""
-    config, settings, fast = (file(which, name) for which, name in (
-        ("model", "config.json"), ("tokenizer", "tokenizer_config.json"), ("tokenizer", "tokenizer.json")))
-    if config is None or fast is None:
+    encoder_decoder = encoder_decoder_on_disk(file)
+    settings, fast = file("tokenizer", "tokenizer_config.json"), file("tokenizer", "tokenizer.json")
+    if encoder_decoder is None or fast is None:
         return None
-    if encoder_decoder_on_disk(file):
+    if encoder_decoder:
         return False
     if settings is not None and {"add_bos_token", "add_eos_token"} & set(json.loads(settings.read_text())):
         return None

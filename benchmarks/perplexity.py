@@ -53,8 +53,12 @@ def computation_ours(model: Path, texts):
     from catwalk_steps.models.loading import ModelSpec, context_window
     from catwalk_steps.models.weights import load_pretrained
     from catwalk_steps.models.scoring import score_queries
-    from catwalk_steps.kinds.documents import document_queries
     from catwalk_steps.tasks import DocumentInstance
+
+    try:
+        from catwalk_steps.kinds.documents import document_queries
+    except ImportError:  # a checkout from before the request kinds had a home (benchmarks/regression.py)
+        from catwalk_steps.prediction.perplexity_records import document_queries
 
     spec = ModelSpec.parse(f"rc::{model}")
     conventions, lm = spec.conventions(), load_pretrained(spec, torch.float32).eval()

@@ -29,7 +29,6 @@ loss. A checkout whose code lacks a workload's functions fails that row, with it
 import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -55,40 +54,20 @@ def scoring_workload(directory: Path, data: str, count: int):
 
 
 def perplexity_workload(directory: Path, count: int):
-    import torch
+    from perplexity import computation_ours, documents
 
-    from catwalk_steps.models.loading import ModelSpec, context_window
-    from catwalk_steps.models.scoring import score_queries
-    from catwalk_steps.models.weights import load_pretrained
-    from catwalk_steps.tasks import DocumentInstance
-    from perplexity import BATCH, documents
-
-    try:
-        from catwalk_steps.kinds.documents import document_queries
-    except ImportError:  # its home before the request kinds had theirs (issue 33)
-        from catwalk_steps.prediction.perplexity_records import document_queries
-
-    spec = ModelSpec.parse(f"rc::{directory / 'gpt2'}")
-    conventions, lm = spec.conventions(), load_pretrained(spec, torch.float32).eval()
-    docs = [DocumentInstance(str(i), text, 1, 1) for i, text in enumerate(documents(count))]
-    window = context_window(lm.config)
-
-    def run():
-        queries, _ = document_queries(conventions, docs, window)
-        return score_queries(lm, queries, pad_token_id=conventions.pad_token_id, max_length=window,
-                             max_batch_size=BATCH, max_batch_tokens=16384)
-
+    run = computation_ours(directory / "gpt2", documents(count))
     run()  # warm up
     return run
 
 
 def generation_workload(directory: Path, long: bool, count: int):
-    from generation import ours, requests
+    from generation import ours, requests, window
 
     model = directory / ("gpt2-1024" if long else "gpt2")
-    prompts = requests(32 if long else count, long)
-    stops = json.loads((model / ("stops-long.json" if long else "stops.json")).read_text())
-    run = ours(model, prompts, stops, 256 if long else 64, max_length=1024 if long else 512)
+    settings = generation_settings(long, count)
+    stops = json.loads((model / "stops.json").read_text())
+    run = ours(model, requests(settings.count, long), stops, settings.max_gen_toks, max_length=window(settings))
     run(8)  # warm up
     return lambda: run()[0]
 
@@ -113,20 +92,26 @@ def training_workload(directory: Path, task_name: str, count: int):
     return run
 
 
+#: Each workload by name: its kind (the kind's ``COUNT`` sizes it) and what builds its run.
 WORKLOADS = {
-    "scoring: 2-choice (PIQA-like)": lambda d, n: scoring_workload(d, "2-choice (PIQA-like)", n),
-    "scoring: 2-choice (PIQA lengths)": lambda d, n: scoring_workload(d, "2-choice (PIQA lengths)", n),
-    "scoring: 4-choice (HellaSwag-like)": lambda d, n: scoring_workload(d, "4-choice (HellaSwag-like)", n),
-    "perplexity: documents": perplexity_workload,
-    "generation: 64 tokens, a stop word each": lambda d, n: generation_workload(d, False, n),
-    "generation --long: 256 tokens, no stops": lambda d, n: generation_workload(d, True, n),
-    "training: 2-choice (PIQA-like)": lambda d, n: training_workload(d, "2-choice (PIQA-like)", n),
-    "training: 4-choice, long contexts": lambda d, n: training_workload(d, "4-choice (HellaSwag-like, long contexts)", n),
+    "scoring: 2-choice (PIQA-like)": ("scoring", lambda d, n: scoring_workload(d, "2-choice (PIQA-like)", n)),
+    "scoring: 2-choice (PIQA lengths)": ("scoring", lambda d, n: scoring_workload(d, "2-choice (PIQA lengths)", n)),
+    "scoring: 4-choice (HellaSwag-like)": ("scoring",
+                                           lambda d, n: scoring_workload(d, "4-choice (HellaSwag-like)", n)),
+    "perplexity: documents": ("perplexity", perplexity_workload),
+    "generation: 64 tokens, a stop word each": ("generation", lambda d, n: generation_workload(d, False, n)),
+    "generation --long: 256 tokens, no stops": ("generation", lambda d, n: generation_workload(d, True, n)),
+    "training: 2-choice (PIQA-like)": ("training", lambda d, n: training_workload(d, "2-choice (PIQA-like)", n)),
+    "training: 4-choice, long contexts": (
+        "training", lambda d, n: training_workload(d, "4-choice (HellaSwag-like, long contexts)", n)),
 }
 
 
-def kind(workload: str) -> str:
-    return workload.split(":")[0].split(" ")[0]
+def generation_settings(long: bool, count: int) -> argparse.Namespace:
+    """``benchmarks/generation.py``'s settings for its default run (``count`` prompts, 64 tokens)
+    or its ``--long`` one (32 prompts, 256 tokens, a 1,024-position model)."""
+    return argparse.Namespace(count=32 if long else count, long=long, max_gen_toks=256 if long else 64,
+                              device="cpu", shape="tiny-1024" if long else "tiny")
 
 
 def child(workload: str, directory: Path, count: int) -> None:
@@ -138,8 +123,9 @@ def child(workload: str, directory: Path, count: int) -> None:
     from tango.common.logging import initialize_logging
 
     initialize_logging(log_level="warning")
-    run = WORKLOADS[workload](directory, count)
-    if kind(workload) == "training":
+    kind, build = WORKLOADS[workload]
+    run = build(directory, count)
+    if kind == "training":
         from scoring import LoopTimer
 
         values = run()
@@ -162,20 +148,15 @@ def measure(workload: str, checkout: Path, directory: Path, count: int) -> dict:
 
 def prepare(directory: Path, quick: bool) -> None:
     """The models (the tiny GPT-2 at 512 and 1,024 positions) and the generation workloads' stop
-    words, computed once with this checkout's code and read by both sides."""
-    from generation import requests
-    from generation import ours as generate
+    words (``benchmarks/generation.py``'s), computed once with this checkout's code and read by
+    both sides."""
+    from generation import stop_words
     from scoring import build_model
 
-    for name, shape in (("gpt2", "tiny"), ("gpt2-1024", "tiny-1024")):
+    for name, shape, long in (("gpt2", "tiny", False), ("gpt2-1024", "tiny-1024", True)):
         (directory / name).mkdir()
         build_model(directory / name, shape)
-    prompts = requests(COUNT["generation"] // (4 if quick else 1))
-    uncut = generate(directory / "gpt2", prompts, [[] for _ in prompts], 64)()[0]
-    rng = random.Random(1)
-    stops = [[" " + words[rng.randrange(len(words))]] if (words := text.split()) else [] for text in uncut]
-    (directory / "gpt2" / "stops.json").write_text(json.dumps(stops))
-    (directory / "gpt2-1024" / "stops-long.json").write_text(json.dumps([[] for _ in range(32)]))
+        stop_words(directory / name, generation_settings(long, COUNT["generation"] // (4 if quick else 1)))
 
 
 def difference(a, b) -> str:
@@ -216,7 +197,7 @@ def main() -> None:
         directory = Path(tmp)
         prepare(directory, args.quick)
         for workload in workloads:
-            count = COUNT[kind(workload)] // (4 if args.quick else 1)
+            count = COUNT[WORKLOADS[workload][0]] // (4 if args.quick else 1)
             best = {side: {"seconds": float("inf")} for side in sides}
             for round_ in range(repeats):
                 order = list(sides) if round_ % 2 == 0 else list(reversed(sides))

@@ -12,6 +12,7 @@ from catwalk_steps.models.conventions import TokenConventions
 from catwalk_steps.models.scoring import score_queries
 
 from .conftest import TINY
+from .tiny_models import tiny_bart
 
 PAIRS = [
     ("Question: How do I cut the bread?\nAnswer:", " Use a sharp knife."),
@@ -136,18 +137,7 @@ def test_the_encoder_reads_what_lm_evaluation_harness_s_seq2seq_encoder_reads(t5
 
 def test_an_encoder_decoder_with_learned_positions_scores_contexts_past_its_window(tmp_path):
     """BART's positions are a table of its window's size: a context cut as T5's is fits it."""
-    from transformers import BartConfig, BartForConditionalGeneration
-
-    tokenizer = AutoTokenizer.from_pretrained(TINY / "model")
-    torch.manual_seed(0)
-    config = BartConfig(vocab_size=len(tokenizer), d_model=32, encoder_layers=1, decoder_layers=1,
-                        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                        max_position_embeddings=64, pad_token_id=tokenizer.eos_token_id,
-                        eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.eos_token_id,
-                        bos_token_id=tokenizer.eos_token_id, forced_eos_token_id=None)
-    BartForConditionalGeneration(config).save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
-    spec = ModelSpec.parse(f"rc::{tmp_path}")
+    spec = ModelSpec.parse(f"rc::{tiny_bart(tmp_path, TINY / 'model', window=64)}")
     conventions, lm = spec.conventions(), load_pretrained(spec).eval()
     query = conventions.pair(" ".join(["the box"] * 80), " box")  # one token: the old cut kept 64 and the EOS
     assert len(query.continuation) == 1 and len(query.context) > 64

@@ -131,18 +131,11 @@ def test_every_way_in_gives_the_same_weights(tmp_path, dtype):
 def test_a_model_whose_embeddings_are_tied_inside_its_base_loads_every_way(tmp_path):
     """BART ties its encoder's and decoder's embeddings (and its output layer) to one shared
     matrix, which its files hold once: it loaded only where the output layer's tie was listed."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, BartConfig, BartForConditionalGeneration
+    from transformers import AutoModelForSeq2SeqLM
 
-    tokenizer = AutoTokenizer.from_pretrained(TINY / "model")
-    eos = tokenizer.eos_token_id
-    config = BartConfig(vocab_size=len(tokenizer), d_model=32, encoder_layers=1, decoder_layers=1,
-                        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                        max_position_embeddings=64, pad_token_id=eos, bos_token_id=eos, eos_token_id=eos,
-                        decoder_start_token_id=eos, forced_eos_token_id=None)
-    torch.manual_seed(0)
-    BartForConditionalGeneration(config).save_pretrained(tmp_path / "bart")
-    tokenizer.save_pretrained(tmp_path / "bart")
-    spec = ModelSpec.parse(f"rc::{tmp_path / 'bart'}")
+    from .tiny_models import tiny_bart
+
+    spec = ModelSpec.parse(f"rc::{tiny_bart(tmp_path / 'bart', TINY / 'model')}")
     reference = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "bart").state_dict()
     meta = save_weights(load_pretrained(spec).state_dict(), tmp_path / "model.safetensors")
     loads = {

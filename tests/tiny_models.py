@@ -111,3 +111,21 @@ def tiny_architecture(directory: Path, model_type: str, tokenizer: Path, seed: i
     model.save_pretrained(directory)
     tok.save_pretrained(directory)
     return directory
+
+
+def tiny_bart(directory: Path, tokenizer: Path, window: int = 64) -> Path:
+    """A randomly initialised 1-layer BART (learned positions: a table of ``window`` rows; its
+    encoder's and decoder's embeddings and its output layer tied to one shared matrix) saved in
+    ``directory`` with ``tokenizer``'s files."""
+    from transformers import AutoTokenizer, BartConfig, BartForConditionalGeneration
+
+    tok = AutoTokenizer.from_pretrained(tokenizer)
+    eos = tok.eos_token_id
+    config = BartConfig(vocab_size=len(tok), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+                        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                        max_position_embeddings=window, pad_token_id=eos, bos_token_id=eos, eos_token_id=eos,
+                        decoder_start_token_id=eos, forced_eos_token_id=None)
+    torch.manual_seed(0)
+    BartForConditionalGeneration(config).save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory

@@ -66,7 +66,8 @@ class AnswerLossModel(RankClassificationModel):
 
 
 class AnswerCollator(DataCollator[Dict[str, Any]]):
-    """Collates ``{"prompt": ids, "answer": ids}`` items into one left-padded batch; a prompt too
+    """Collates ``{"prompt": ids, "answer": ids}`` items (with the answer's learnt ``mask``, for
+    chat rows) into one left-padded batch; a prompt too
     long for the model's window is cut from the left (:func:`.scoring.model_input`). Holds only
     the pad id, the window and whether the model is an encoder-decoder, so it is cheap to send to
     DDP workers."""
@@ -78,4 +79,6 @@ class AnswerCollator(DataCollator[Dict[str, Any]]):
 
     def __call__(self, items: List[Dict[str, Any]]) -> Dict[str, Any]:
         queries = [Query(tuple(item["prompt"]), tuple(item["answer"])) for item in items]
-        return collate_queries(queries, self.pad_token_id, self.max_length, self.encoder_decoder)
+        masks = [item.get("mask") or [True] * len(item["answer"]) for item in items]
+        return collate_queries(queries, self.pad_token_id, self.max_length, self.encoder_decoder,
+                               masks if any("mask" in item for item in items) else None)

@@ -4,12 +4,15 @@
 assistant's turn is already begun (then ``continue_final_message``), and, where the template
 refuses a system turn, the conversation again without it."""
 
+import logging
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 from tango.common.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+logger = logging.getLogger(__name__)
 
 
 def template_names(tokenizer: "PreTrainedTokenizerBase") -> List[str]:
@@ -55,21 +58,67 @@ def check_model_template(kwargs: Dict[str, Any]) -> None:
     check_chat_template(tokenizer, template, spec.pretrained)
 
 
-def template_renderer(tokenizer: "PreTrainedTokenizerBase", template: Union[bool, str], model: str) -> Callable[..., str]:
+def trained_template(model: Any) -> Union[bool, str, None]:
+    """The chat template a model was fine-tuned under (``None``: none): a fine-tuned model's
+    (:attr:`.loading.ModelSpec.chat_template`), or, when the step graph is built, the setting of
+    the fine-tuning step that makes it."""
+    spec = getattr(model, "spec", None)
+    if spec is not None:
+        return spec.chat_template
+    template = getattr(model, "kwargs", {}).get("apply_chat_template", False)
+    return None if template is False else template
+
+
+def same_template(one: Union[bool, str], other: Union[bool, str]) -> bool:
+    """Whether two ``apply_chat_template`` values name one template (``true`` is ``default``)."""
+    return (one is not False and other is not False and template_name(one) == template_name(other)) or one is other
+
+
+def check_evaluated_template(kwargs: Dict[str, Any]) -> None:
+    """At graph build, for ``catwalk::predict``: ``apply_chat_template`` unset becomes the model's
+    (the template it was fine-tuned under; else none, a stock model's default), and a model
+    fine-tuned under a template is not evaluated without it, or under another, unless
+    ``allow_other_template``: its prompts would be text it never saw."""
+    trained = trained_template(kwargs.get("model"))
+    asked = kwargs.get("apply_chat_template")
+    if asked is None:
+        kwargs["apply_chat_template"] = False if trained is None else trained
+    elif trained is not None and not same_template(asked, trained) and not kwargs.get("allow_other_template"):
+        raise ConfigurationError(
+            f"apply_chat_template: {asked!r}, but the model was fine-tuned under the chat template {trained!r}: its "
+            "prompts would be text it never saw. Leave apply_chat_template unset to use its own, or set "
+            "allow_other_template: true to evaluate it so on purpose"
+        )
+
+
+def template_renderer(
+    tokenizer: "PreTrainedTokenizerBase", template: Union[bool, str], model: str, strict: bool = False
+) -> Callable[..., str]:
     """:func:`chat_renderer` of a template checked to exist (:func:`check_chat_template`)."""
     check_chat_template(tokenizer, template, model)
-    return chat_renderer(tokenizer, template)
+    return chat_renderer(tokenizer, template, strict)
+
+
+def template_name(template: Union[bool, str]) -> Optional[str]:
+    """The name ``apply_chat_template(chat_template=...)`` takes for ``template``: ``None`` for
+    the tokenizer's default."""
+    return template if isinstance(template, str) and template != "default" else None
 
 
 def chat_renderer(
-    tokenizer: "PreTrainedTokenizerBase", template: Union[bool, str]
+    tokenizer: "PreTrainedTokenizerBase", template: Union[bool, str], strict: bool = False
 ) -> Callable[..., str]:
     """``render(messages, add_generation_prompt=True, continue_final_message=None)``: the
     conversation as ``tokenizer``'s template (``True``: its default; a name: that one of its
-    templates) writes it (:data:`catwalk_steps.tasks.chat.Render`)."""
+    templates) writes it (:data:`catwalk_steps.tasks.chat.Render`).
+
+    A template that refuses the conversation's system turn (Gemma's, Mistral's) gets it again
+    without that turn, with a warning, as lm-evaluation-harness does, unless ``strict``
+    (training: the data would change without a word), where it is refused."""
     import jinja2
 
-    name: Optional[str] = template if isinstance(template, str) and template != "default" else None
+    name = template_name(template)
+    warned = []
 
     def render(messages: List[Dict[str, str]], add_generation_prompt: bool = True,
                continue_final_message: Optional[bool] = None) -> str:
@@ -79,7 +128,18 @@ def chat_renderer(
                         continue_final_message=continue_final_message, chat_template=name)
         try:
             return tokenizer.apply_chat_template(messages, **settings)
-        except jinja2.exceptions.TemplateError:  # e.g. Gemma's and Mistral's refuse a system turn
+        except jinja2.exceptions.TemplateError as error:
+            if strict or not any(m["role"] == "system" for m in messages):
+                raise ConfigurationError(f"The chat template of {tokenizer.name_or_path} refuses the conversation "
+                                         f"{_roles(messages)}: {error}") from error
+            if not warned:
+                warned.append(True)
+                logger.warning("The chat template of %s refuses a system turn (%s): the system turns are left out, "
+                               "as lm-evaluation-harness leaves them out", tokenizer.name_or_path, error)
             return tokenizer.apply_chat_template([m for m in messages if m["role"] != "system"], **settings)
 
     return render
+
+
+def _roles(messages: List[Dict[str, str]]) -> str:
+    return "(" + ", ".join(m["role"] for m in messages) + ")"

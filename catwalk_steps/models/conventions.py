@@ -40,6 +40,8 @@ LM_EVAL_CONVENTIONS = "lm-eval 0.4.13"
 #: ``window - 1`` tokens and the EOS, as lm-evaluation-harness's seq2seq scoring cuts it (until
 #: 2026-12-06 the continuation's length took from it, and cache keys held nothing of this).
 SEQ2SEQ_WINDOW = "context cut to the window with its EOS"
+#: What stands for an answer's first word after a chat-trained model's prompt (:meth:`TokenConventions.prompt`).
+NEXT_WORD = "a"
 #: A text whose encoding shows whether special tokens are added.
 SAMPLE = "Question: is this a sample? Answer: yes"
 
@@ -52,6 +54,8 @@ class TokenConventions:
     tokenizer: "PreTrainedTokenizerBase"
     add_bos_token: Optional[bool] = None
     encoder_decoder: bool = False
+    #: Fine-tuned on chat data as TRL trains: a prompt ends where training's learnt tokens began.
+    chat_trained: bool = False
 
     @property
     def prefix_token_id(self) -> int:
@@ -107,9 +111,21 @@ class TokenConventions:
 
     def prompt(self, text: str) -> Tuple[int, ...]:
         """A generation prompt's tokens (lm-eval's ``tok_batch_encode``); an empty prompt is the
-        prefix token."""
+        prefix token.
+
+        A model fine-tuned on chat data (``chat_trained``) learnt each answer from where the
+        encodings of its prompt and of the prompt with the answer part (TRL's common prefix): a
+        prompt ending in whitespace that the tokenizer joins to the next word (``"ASSISTANT: "``
+        under SentencePiece, whose ``▁`` then begins the answer's first token) ends before it, as
+        training saw it. Which word follows is not known here, so a word of letters stands for it:
+        an answer whose first token does not absorb the whitespace (a digit under SentencePiece)
+        was trained after that whitespace token instead."""
         bos = None if self.encoder_decoder else self.tokenizer.bos_token
-        return tuple(self.tokenizer.encode(text, **self._special_tokens(text, bos))) or (self.prefix_token_id,)
+        ids = self.tokenizer.encode(text, **self._special_tokens(text, bos))
+        if self.chat_trained and text[-1:].isspace():
+            following = self.tokenizer.encode(text + NEXT_WORD, **self._special_tokens(text, bos))
+            ids = ids[:next((k for k, (a, b) in enumerate(zip(ids, following)) if a != b), len(ids))]
+        return tuple(ids) or (self.prefix_token_id,)
 
     def stop_token_ids(self, lm: "PreTrainedModel") -> Set[int]:
         """The tokens that end a generation without being generated: the model's generation

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 from tango.common.det_hash import CustomDetHash
 from tango.common.exceptions import ConfigurationError
@@ -89,6 +89,10 @@ class ModelSpec:
     #: Special tokens when encoding: the tokenizer's own (``None``), or forced on or off
     #: (:mod:`.conventions`; lm-evaluation-harness's model argument of the same name).
     add_bos_token: Optional[bool] = None
+    #: The chat template (``true`` or a name) the weights were fine-tuned under, as TRL trains: a
+    #: model so trained is evaluated under it by default, its prompts ending where training's
+    #: learnt turns begin (:meth:`.conventions.TokenConventions.prompt`).
+    chat_template: Optional[Union[bool, str]] = None
 
     @classmethod
     def parse(cls, spec: str, **kwargs: Any) -> "ModelSpec":
@@ -111,7 +115,8 @@ class ModelSpec:
             "pretrained": self.pretrained, "tokenizer": self.tokenizer, "config_overrides": self.config_overrides,
             "revision": self.revision,
         }
-        return settings if self.add_bos_token is None else {**settings, "add_bos_token": self.add_bos_token}
+        optional = {"add_bos_token": self.add_bos_token, "chat_template": self.chat_template}
+        return {**settings, **{name: value for name, value in optional.items() if value is not None}}
 
     def cannot_load(self, what: str, name: str, error: BaseException) -> ConfigurationError:
         """The error for a failed load: for a hub name whose fetch failed, why (no network, offline
@@ -162,7 +167,7 @@ class ModelSpec:
 
         return TokenConventions(
             self.load_tokenizer(local_files_only), self.add_bos_token,
-            bool(self.load_config(local_files_only).is_encoder_decoder),
+            bool(self.load_config(local_files_only).is_encoder_decoder), chat_trained=self.chat_template is not None,
         )
 
     def conventions_key(self, add_bos_token: Optional[bool] = None) -> Optional[Dict[str, Any]]:

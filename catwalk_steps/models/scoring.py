@@ -52,10 +52,12 @@ def model_input(query: Query, max_length: int, encoder_decoder: bool = False) ->
 
 
 def collate_queries(
-    queries: Sequence[Query], pad_token_id: int, max_length: int, encoder_decoder: bool = False
+    queries: Sequence[Query], pad_token_id: int, max_length: int, encoder_decoder: bool = False,
+    masks: Optional[Sequence[Sequence[bool]]] = None,
 ) -> Dict[str, torch.Tensor]:
     """Left-padded inputs with explicit position ids, and right-aligned targets (each query cut
-    by :func:`model_input`).
+    by :func:`model_input`); ``masks``, where given, say which of each continuation's tokens are
+    targets (a chat row's learnt turns), else all are.
 
     Left padding puts every continuation at the end of its row, so the model only has to produce
     logits for the last ``targets.shape[1]`` positions.
@@ -71,15 +73,16 @@ def collate_queries(
         input_ids[row, width - len(inputs):] = torch.tensor(inputs)
         attention_mask[row, width - len(inputs):] = 1
         targets[row, target_width - len(continuation):] = torch.tensor(continuation)
-        target_mask[row, target_width - len(continuation):] = True
+        target_mask[row, target_width - len(continuation):] = torch.tensor(masks[row]) if masks else True
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    spans = [(target_width - len(scored), target_width) for _, scored in pairs]
     return {
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "position_ids": position_ids,
         "targets": targets,
         "target_mask": target_mask,
-        "scored": scored_positions([(target_width - len(scored), target_width) for _, scored in pairs]),
+        "scored": target_mask.nonzero().T.contiguous() if masks else scored_positions(spans),
     }
 
 

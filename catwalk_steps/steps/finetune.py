@@ -55,6 +55,9 @@ class FinetuneStep(Step):
     """
 
     VERSION = "cw3"  # cw3: contexts shared by their choices in training (shared_context)
+    #: The version of a fine-tune under a chat template: one sequence per row, TRL's tokens and
+    #: masks (:mod:`catwalk_steps.training.chat_rows`); results trained the earlier way are not reused.
+    CHAT_VERSION = "cw3chat"
     FORMAT = FinetunedModelFormat()
     SKIP_ID_ARGUMENTS = {
         "device_count", "nodes", "max_restarts", "device", "strategy", "distributed_port", "log_every", "callbacks",
@@ -63,9 +66,15 @@ class FinetuneStep(Step):
     # New settings left at their defaults (today's training) keep existing keys.
     SKIP_DEFAULT_ARGUMENTS = {
         "optimizer": None, "lr_scheduler": None, "patience": None, "decay_biases_and_norms": False,
-        "val_metric": None, "add_bos_token": None, "apply_chat_template": False,
+        "val_metric": None, "add_bos_token": None, "apply_chat_template": False, "completion_only_loss": None,
+        "assistant_only_loss": None,
     }
     METADATA = {"artifact_kind": "model"}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("apply_chat_template", False) is not False:
+            self.VERSION = self.CHAT_VERSION  # before Tango's __init__, which may compute the unique id
+        super().__init__(*args, **kwargs)
 
     @classmethod
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -84,6 +93,8 @@ class FinetuneStep(Step):
         tokenizer: Optional[str] = None,
         add_bos_token: Optional[bool] = None,
         apply_chat_template: Union[bool, str] = False,
+        completion_only_loss: Optional[bool] = None,
+        assistant_only_loss: Optional[bool] = None,
         config_overrides: Optional[Dict[str, Any]] = None,
         adapter: Optional[Adapter] = None,
         precision: str = "32",

@@ -13,7 +13,7 @@ from tango.step import StepResources
 
 from ..distributed.devices import check_device_setting, gpu_count, worker_devices
 from ..models.batch_budget import check_batch_tokens
-from ..models.chat_templates import check_model_template
+from ..models.chat_templates import check_evaluated_template, check_model_template
 from ..models.finetuned import FinetunedModel
 from ..models.loading import ModelSpec, with_model_names
 from ..prediction.plan import PredictionPlan, predictions
@@ -58,7 +58,7 @@ class PredictStep(Step):
 
     VERSION = "cw3"  # cw2: num_chars without the target delimiter; group; margin. cw3: unconditioned
     FORMAT = AtomicJsonFormat()
-    SKIP_ID_ARGUMENTS = {"device", "device_count", "max_batch_size", "max_batch_tokens"}
+    SKIP_ID_ARGUMENTS = {"device", "device_count", "max_batch_size", "max_batch_tokens", "allow_other_template"}
     SKIP_DEFAULT_ARGUMENTS = {
         "add_bos_token": None, "apply_chat_template": False, "system_instruction": None, "fewshot_as_multiturn": None,
     }
@@ -76,6 +76,7 @@ class PredictStep(Step):
             raise ConfigurationError(f"dtype must be one of {', '.join(DTYPES)}, got {kwargs['dtype']!r}")
         if isinstance(kwargs.get("model"), str):
             ModelSpec.parse(kwargs["model"])
+        check_evaluated_template(kwargs)
         check_chat_settings(kwargs, [kwargs.get("task")])
         check_model_template(kwargs)
         return with_model_names(kwargs)
@@ -98,7 +99,8 @@ class PredictStep(Step):
         limit: Optional[int] = None,
         tokenizer: Optional[str] = None,
         add_bos_token: Optional[bool] = None,
-        apply_chat_template: Union[bool, str] = False,
+        apply_chat_template: Union[bool, str, None] = None,
+        allow_other_template: bool = False,
         system_instruction: Optional[str] = None,
         fewshot_as_multiturn: Optional[bool] = None,
         device: str = "auto",
@@ -118,7 +120,10 @@ class PredictStep(Step):
         :param apply_chat_template: prompts as conversations in the tokenizer's chat template
             (``true``) or the one of its templates so named, as lm-evaluation-harness's
             ``--apply_chat_template`` builds them (:mod:`..tasks.chat`): for multiple-choice and
-            generative tasks, native and ``lm_eval`` alike.
+            generative tasks, native and ``lm_eval`` alike. Unset: the template a fine-tuned model
+            was trained under, else none.
+        :param allow_other_template: evaluate a model fine-tuned under a chat template without it,
+            or under another (refused otherwise: its prompts would be text it never saw).
         :param system_instruction: with a template, the system turn (before the task's description).
         :param fewshot_as_multiturn: with a template, each demonstration a user and an assistant turn
             (unset: ``true``, as lm-evaluation-harness 0.4.10+), else all folded into one user turn.
@@ -141,6 +146,8 @@ class PredictStep(Step):
         """
         finetuned = model if isinstance(model, FinetunedModel) else None
         spec = finetuned.spec if finetuned else ModelSpec.parse(model, tokenizer=tokenizer)
+        if apply_chat_template is None:
+            apply_chat_template = spec.chat_template or False
         if add_bos_token is not None:
             spec = replace(spec, add_bos_token=add_bos_token)
         return predictions(PredictionPlan(

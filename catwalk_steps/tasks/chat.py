@@ -11,12 +11,15 @@ Under a template a multiple-choice answer follows the assistant's turn directly:
 delimiter is dropped (lm-evaluation-harness's rule, for tasks without a ``gen_prefix``).
 """
 
+import logging
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from tango.common.exceptions import ConfigurationError
 
 from .instance import GenerationInstance, MCInstance
+
+logger = logging.getLogger(__name__)
 
 #: ``render(messages, add_generation_prompt, continue_final_message=None)``: a conversation as the
 #: model's chat template writes it; ``continue_final_message`` defaults to ``not add_generation_prompt``
@@ -122,36 +125,30 @@ class ChatFormat:
 
     def generation(self, instance: GenerationInstance, demonstrations: Sequence[GenerationInstance]) -> GenerationInstance:
         """A zero-shot generative ``instance`` with its ``demonstrations``, as a conversation: its
-        prompt what precedes the answer, its ``chat_turns`` the answers to learn. A conversational
-        instance is its own conversation: every assistant turn is learnt, the last generated."""
+        prompt what precedes the answer, its ``messages`` the whole conversation that fine-tuning
+        learns from (:mod:`catwalk_steps.training.chat_rows`). A row that is not a conversation
+        becomes a prompt/completion conversation: the demonstrations and the question its prompt,
+        the answer its completion. A conversational row is its own conversation."""
         if instance.messages is None:
             turns = [(d.prompt, d.target_delimiter, d.references[0]) for d in demonstrations]
-            messages = self.messages("", turns, instance.prompt)
-            return self._learning(instance, messages + [{"role": "assistant", "content": instance.references[0]}])
+            messages = self.messages("", turns, instance.prompt) + [{"role": "assistant", "content": instance.references[0]}]
+            conversation = tuple((m["role"], m["content"]) for m in messages)
+            return replace(instance, prompt=self.render(messages[:-1], True), messages=conversation,
+                           prompt_turns=len(conversation) - 1)
         if demonstrations:
             raise ConfigurationError(
                 f"Instance {instance.id} is a conversation: it carries its own turns, so num_shots must be 0"
             )
-        messages = [{"role": role, "content": content} for role, content in instance.messages]
-        if self.system_instruction and messages[0]["role"] != "system":
-            messages.insert(0, {"role": "system", "content": self.system_instruction})
-        return self._learning(instance, messages)
-
-    def _learning(self, instance: GenerationInstance, messages: List[Dict[str, str]]) -> GenerationInstance:
-        """``instance`` prompted with ``messages`` but their last (assistant) turn, and with each
-        assistant turn as the text it adds to the rendered conversation before it."""
-        turns = []
-        for end, message in enumerate(messages):
-            if message["role"] == "assistant":
-                context = self.render(messages[:end], True)
-                whole = self.render(messages[:end + 1], False, continue_final_message=False)
-                if not whole.startswith(context):
-                    raise ConfigurationError(
-                        f"Instance {instance.id}: the chat template writes the turns before assistant turn {end + 1} "
-                        "differently once that turn is added, so the turn cannot be learnt after them"
-                    )
-                turns.append((context, whole[len(context):]))
-        return replace(instance, prompt=turns[-1][0], chat_turns=tuple(turns))
+        conversation = instance.messages
+        if self.system_instruction:
+            if conversation[0][0] == "system":
+                logger.warning("system_instruction is not used for instance %s: its conversation has a system turn "
+                               "of its own", instance.id)
+            else:
+                conversation = (("system", self.system_instruction),) + conversation
+        prompt_turns = None if instance.prompt_turns is None else instance.prompt_turns + len(conversation) - len(instance.messages)
+        prompt = self.render([{"role": role, "content": content} for role, content in conversation[:-1]], True)
+        return replace(instance, prompt=prompt, messages=conversation, prompt_turns=prompt_turns)
 
 
 def _joined(first: Optional[str], second: Optional[str], delimiter: str) -> str:

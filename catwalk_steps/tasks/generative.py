@@ -172,19 +172,21 @@ class GenerationTask(GenerativeTask):
 
     def instance(self, rows: "datasets.Dataset", source: str, split: str, number: int) -> GenerationInstance:
         row = Row(rows[number], source, number + 1)
-        conversation = conversation_of(row)
-        if conversation is None and row.data.get("completion") is None:
+        conversational = conversation_of(row)
+        if conversational is None and row.data.get("completion") is None:
             return super().instance(rows, source, split, number)
         settings = dict(id=f"{split}/{number}", until=self.until, max_new_tokens=self.max_new_tokens,
                         target_delimiter="")
-        if conversation is None:  # TRL's prompt-completion row: the completion follows the prompt as it is
+        if conversational is None:  # TRL's prompt-completion row: the completion follows the prompt as it is
             references = answer_texts(row, "completion", [row.get("completion")])
-            return GenerationInstance(prompt=row.get("prompt"), references=references, **settings)
+            return GenerationInstance(prompt=row.get("prompt"), references=references, completion_row=True,
+                                      **settings)
         # Until a chat template writes the conversation, its prompt is the question of its last exchange.
+        conversation, prompt_turns = conversational
         (_, question), (_, answer) = conversation[-2:]
-        name = "messages" if row.data.get("messages") is not None else "prompt/completion"
+        name = "messages" if prompt_turns is None else "prompt/completion"
         return GenerationInstance(prompt=question, references=answer_texts(row, name, [answer]),
-                                  messages=conversation, **settings)
+                                  messages=conversation, prompt_turns=prompt_turns, **settings)
 
     def instances(
         self, split: str, limit: Optional[int] = None, chat: Optional[ChatFormat] = None
@@ -192,8 +194,8 @@ class GenerationTask(GenerativeTask):
         instances = super().instances(split, limit, chat)
         if chat is None and any(instance.messages for instance in instances):
             raise ConfigurationError(
-                f"{type(self).__name__}: split {split!r} holds conversations (messages rows), which only a chat "
-                "template turns into prompts: set apply_chat_template: true"
+                f"{type(self).__name__}: split {split!r} holds conversations (messages, or prompt and completion "
+                "as lists of turns), which only a chat template turns into prompts: set apply_chat_template"
             )
         return instances
 

@@ -64,11 +64,14 @@ class GenerationInstance:
     ``prompt`` is complete: description and few-shot demonstrations included; as a few-shot
     demonstration the instance is its prompt, ``target_delimiter`` and first reference.
 
-    A conversational instance (chat data: :mod:`.conversations`) keeps its ``messages``, the last
-    an assistant turn (its first reference); under a chat template (:mod:`.chat`) its prompt is the
-    conversation before that turn, and ``chat_turns`` the (context, answer) texts that fine-tuning
-    learns: each assistant turn as the template writes it, end-of-turn tokens included, after
-    what precedes it."""
+    Chat data (:mod:`.conversations`) says how fine-tuning learns it, as TRL's ``SFTTrainer``
+    does (:mod:`catwalk_steps.training.chat_rows`): a conversation keeps its ``messages`` (the
+    whole conversation, its last turn the first reference; under a chat template (:mod:`.chat`)
+    with its system instruction and demonstrations, and ``prompt`` the rendered conversation
+    before that last turn), and ``prompt_turns`` how many of them are the prompt (a
+    prompt/completion row's; ``None`` for a ``messages`` row, whose assistant turns are all
+    learnt). ``completion_row``: a prompt/completion row of plain strings, encoded whole as TRL
+    encodes it (its completion is the reference)."""
 
     id: str
     prompt: str
@@ -78,7 +81,8 @@ class GenerationInstance:
     group: Optional[str] = None
     target_delimiter: str = " "
     messages: Optional[Tuple[Tuple[str, str], ...]] = None
-    chat_turns: Tuple[Tuple[str, str], ...] = ()
+    prompt_turns: Optional[int] = None
+    completion_row: bool = False
 
     def __post_init__(self) -> None:
         if not self.references:

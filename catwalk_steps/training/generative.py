@@ -18,7 +18,8 @@ its filter (GSM8K's and lm-eval tasks' ``exact_match/strict-match``). By default
 ``val_loss`` chooses.
 """
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from tango import Step
@@ -27,12 +28,15 @@ from tango.common.exceptions import ConfigurationError
 
 from ..kinds import Generation, MultipleChoice
 from .batches import BatchPlan
+from .chat_rows import sequence_example
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from ..models.conventions import TokenConventions
     from ..tasks import GenerationInstance
+
+logger = logging.getLogger(__name__)
 
 MULTIPLE_CHOICE, GENERATIVE = MultipleChoice.name, Generation.name
 #: The validation numbers that may choose the best weights, per kind of task; the first is the default.
@@ -128,36 +132,45 @@ def selected_record_key(kind: str, val_metric: Optional[str]) -> str:
 
 def answer_examples(
     conventions: "TokenConventions", instances_per_task: List[List["GenerationInstance"]], max_length: int,
-    desc: str,
+    desc: str, chat_rows: Optional[Callable[["GenerationInstance"], Tuple[List[int], List[bool]]]] = None,
 ) -> List[Example]:
-    """Each instance's prompt and answer tokens (its first reference after the target
-    delimiter, then EOS; under a chat template each assistant turn as the template writes it, its
-    end-of-turn tokens included: ``chat_turns``), how many tokens its loss sums over, and, on the
-    example of its last answer, the instance itself and its task's position (for validation by
-    exact match). An answer longer than the model's window is an error before any model loads."""
+    """One example per instance: its prompt and answer tokens, how many tokens its loss sums
+    over, the instance itself and its task's position (for validation by exact match).
+
+    Chat data (a conversation, or TRL's prompt/completion row) is one sequence per row, its learnt
+    tokens masked (``chat_rows``: :func:`.chat_rows.row_tokens` with the step's settings; the
+    answer then carries a ``mask``). Any other row is its prompt and its first reference after the
+    target delimiter, then EOS. An answer longer than the model's window is an error before any
+    model loads; a chat row cut to the window with nothing learnt left in it is left out, with a
+    warning (as TRL drops it)."""
     from ..models.answer_loss import encode_answer, scored_tokens  # (peft: only once training)
 
-    examples = []
-    with Tqdm.tqdm(total=sum(map(len, instances_per_task)), desc=desc) as bar:
-        for task, instances in enumerate(instances_per_task):
-            for instance in instances:
-                if instance.chat_turns:
-                    queries = [conventions.pair(context, answer) for context, answer in instance.chat_turns]
-                else:
-                    queries = [encode_answer(conventions, instance.prompt,
-                                             instance.target_delimiter + instance.references[0])]
-                for number, query in enumerate(queries, 1):
-                    tokens = scored_tokens(query.continuation, conventions.encoder_decoder)
-                    if tokens > max_length:
-                        raise ConfigurationError(
-                            f"Instance {instance.id}: its answer and its end (EOS, or the template's end of turn) make "
-                            f"{tokens} tokens, more than the model's context window of {max_length}"
-                        )
-                    last = number == len(queries)
-                    examples.append({"prompt": list(query.context), "answer": list(query.continuation),
-                                     "tokens": tokens,
-                                     "instance": instance if last else None, "task": task})
-                bar.update(1)
+    examples, cut = [], 0
+    for task, instances in enumerate(instances_per_task):
+        for instance in Tqdm.tqdm(instances, desc=desc):
+            if instance.messages is not None or instance.completion_row:
+                if chat_rows is None or conventions.encoder_decoder:
+                    raise ConfigurationError(
+                        f"Instance {instance.id} is chat data, which fine-tunes a causal LM"
+                        + (" only" if conventions.encoder_decoder else " under the step's chat settings")
+                    )
+                example = sequence_example(*chat_rows(instance), max_length, instance)
+                cut += example is None
+                if example is not None:
+                    examples.append({**example, "task": task})
+                continue
+            query = encode_answer(conventions, instance.prompt, instance.target_delimiter + instance.references[0])
+            tokens = scored_tokens(query.continuation, conventions.encoder_decoder)
+            if tokens > max_length:
+                raise ConfigurationError(
+                    f"Instance {instance.id}: its answer and its end (EOS) make {tokens} tokens, more than the "
+                    f"model's context window of {max_length}"
+                )
+            examples.append({"prompt": list(query.context), "answer": list(query.continuation), "tokens": tokens,
+                             "instance": instance, "task": task})
+    if cut:
+        logger.warning("%s: %d rows have nothing to learn within the model's window of %d tokens (their start is "
+                       "kept, as TRL keeps it): they are left out", desc, cut, max_length)
     return examples
 
 
@@ -171,12 +184,11 @@ def generated_scores(
     lm: "PreTrainedModel", conventions: "TokenConventions", tasks: Sequence[Any], metrics: Sequence[str],
     examples: List[Example], max_length: int, batch_size: int,
 ) -> float:
-    """The summed score of greedy generations for ``examples`` (those of an instance's last
-    answer: see :func:`answer_examples`), each scored by its task under its name in ``metrics``."""
+    """The summed score of greedy generations for ``examples`` (one per instance: see
+    :func:`answer_examples`), each scored by its task under its name in ``metrics``."""
     from ..models.generation import generate_greedy
     from ..models.prompt_room import generation_requests
 
-    examples = [example for example in examples if example["instance"] is not None]
     instances = [example["instance"] for example in examples]
     requests = generation_requests(conventions, instances, max_length)
     generations = generate_greedy(

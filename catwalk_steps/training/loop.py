@@ -179,7 +179,7 @@ def validate(
                 **({job.selected: selected_correct / count} if picks else {})}
     scores = {"val_loss": loss / count}  # per answer token
     if job.task_metrics:
-        scores[job.selected] = correct / sum(example["instance"] is not None for example in job.validation)
+        scores[job.selected] = correct / len(job.validation)  # one example per instance
     return scores
 
 

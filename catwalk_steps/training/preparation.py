@@ -5,7 +5,7 @@ that every worker follows."""
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from tango.common import Tqdm
 from tango.common.exceptions import ConfigurationError
@@ -18,6 +18,7 @@ from ..tasks import MCInstance
 from ..tasks.chat import ChatFormat
 from ..tracking.settings import Tracking
 from .batches import BatchPlan, micro_batch_size_for
+from .chat_rows import LearntTokens, check_generation_markers, row_tokens
 from .generative import GENERATIVE, answer_examples, generated_metric, selected_record_key, task_metric, training_kind
 from .loop import TrainingJob
 from .settings import FinetuneSettings
@@ -59,8 +60,10 @@ def training_job(
 
     chat = s.apply_chat_template is not False
     conventions = spec.conventions() if chat else None  # the template turns rows into prompts
-    settings = {"chat": ChatFormat(template_renderer(conventions.tokenizer, s.apply_chat_template, spec.pretrained))
-                } if chat else {}
+    render = template_renderer(conventions.tokenizer, s.apply_chat_template, spec.pretrained, strict=True) if chat else None
+    if s.assistant_only_loss:
+        check_generation_markers(conventions.tokenizer, s.apply_chat_template, spec.pretrained)
+    settings = {"chat": ChatFormat(render)} if chat else {}
 
     def instances(split: Optional[str], limit: Optional[int]) -> Optional[List[List[Any]]]:
         return None if split is None else [task.instances(split, limit, **settings) for task in tasks]
@@ -73,13 +76,17 @@ def training_job(
     max_length = context_window(config)
     kind = training_kind(tasks)
     generative = kind == GENERATIVE
+    learnt = LearntTokens(s.completion_only_loss, s.assistant_only_loss)
+
+    def chat_rows(instance: Any) -> Tuple[List[int], List[bool]]:
+        return row_tokens(instance, conventions, render, s.apply_chat_template, learnt)
 
     def examples(split: Optional[str], per_task: Optional[List[List[Any]]]) -> Optional[List[Dict[str, Any]]]:
         if per_task is None:
             return None
         desc = f"Tokenizing {split}"
         if generative:
-            return answer_examples(conventions, per_task, max_length, desc=desc)
+            return answer_examples(conventions, per_task, max_length, desc=desc, chat_rows=chat_rows)
         return tokenized_examples(conventions, [i for part in per_task for i in part], desc=desc)
 
     if generative and s.val_metric == "exact_match" and validation_instances:  # its budget, checked before training

@@ -6,6 +6,7 @@ hour."""
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Union
 
+from tango import Step
 from tango.common.exceptions import ConfigurationError
 from tango.common.lazy import Lazy
 from tango.integrations.torch import LRScheduler, Optimizer, TrainCallback
@@ -20,7 +21,7 @@ from ..tasks.base import check_limit, check_split
 from ..tracking.settings import check_tracking
 from .batches import micro_batch_size_for
 from .callbacks import check_callbacks
-from .generative import check_val_metric
+from .generative import GENERATIVE, check_val_metric, training_kind
 from .optimizers import check_schedule, named_lazy
 
 
@@ -46,6 +47,15 @@ class FinetuneSettings:
     chat data (TRL's ``messages`` or ``prompt``/``completion`` rows of the ``generation`` task)
     learns every assistant turn as the template writes it, end-of-turn tokens included, and nothing
     else; a multiple-choice task scores its choices after the assistant's turn begins."""
+    completion_only_loss: Optional[bool]
+    """TRL's setting of the same name: a prompt/completion row (of strings or of turns) learns
+    its completion alone (unset or ``true``, TRL's default), or every token (``false``). See
+    :mod:`catwalk_steps.training.chat_rows`."""
+    assistant_only_loss: Optional[bool]
+    """How a ``messages`` row is learnt: unset, each assistant turn as the template writes it, end
+    of turn included (this project's default); ``false``, every token (TRL's default); ``true``,
+    what the template marks with ``{% generation %}`` (TRL's ``assistant_only_loss``; a template
+    without the markers is refused)."""
     config_overrides: Optional[Dict[str, Any]]
     """HF config values to change, e.g. dropouts set to 0."""
     adapter: Optional[Adapter]
@@ -180,9 +190,15 @@ class FinetuneSettings:
         return self.device_count * self.nodes
 
     def model_spec(self) -> ModelSpec:
+        """The model trained, as the result keeps it. Under a chat template, training encodes as
+        TRL does (no special token but what the template writes, unless ``add_bos_token`` says
+        otherwise), and the result keeps the template and that setting, so that it is evaluated
+        on the tokens it was trained on."""
+        chat = self.apply_chat_template is not False
+        add_bos_token = False if chat and self.add_bos_token is None else self.add_bos_token
         return ModelSpec.parse(
             self.model, tokenizer=self.tokenizer, config_overrides=self.config_overrides or {},
-            add_bos_token=self.add_bos_token,
+            add_bos_token=add_bos_token, chat_template=self.apply_chat_template if chat else None,
         )
 
 
@@ -252,5 +268,19 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
         peft_config(kwargs["adapter"])
     ModelSpec.parse(kwargs.get("model", ""))
     check_chat_settings({"apply_chat_template": kwargs.get("apply_chat_template", False)}, kwargs.get("tasks") or [])
+    check_learnt_tokens(kwargs)
     check_model_template(kwargs)
     return kwargs
+
+
+def check_learnt_tokens(kwargs: Dict[str, Any]) -> None:
+    """``completion_only_loss`` and ``assistant_only_loss`` are for chat data, of generative tasks."""
+    for name in ("completion_only_loss", "assistant_only_loss"):
+        value = kwargs.get(name)
+        if value not in (None, True, False):
+            raise ConfigurationError(f"{name} must be true, false or unset (null), got {value!r}")
+        tasks = [task for task in kwargs.get("tasks") or [] if not isinstance(task, Step)]
+        if value is not None and tasks and training_kind(tasks) != GENERATIVE:
+            raise ConfigurationError(f"{name} says which tokens of chat data are learnt: it is for generative tasks")
+    if kwargs.get("assistant_only_loss") is not None and kwargs.get("apply_chat_template", False) is False:
+        raise ConfigurationError("assistant_only_loss says how conversations are learnt, which needs apply_chat_template")

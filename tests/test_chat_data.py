@@ -17,6 +17,7 @@ from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.tasks import GenerationTask
 from catwalk_steps.tasks.chat import ChatFormat
 from catwalk_steps.tasks.instance import DataError
+from catwalk_steps.training.chat_rows import LearntTokens, row_tokens
 from catwalk_steps.training.generative import answer_examples
 
 from .conftest import TINY, write_jsonl
@@ -67,6 +68,11 @@ def test_each_row_format_becomes_an_instance(tmp_path):
     (["hi", {"role": "assistant", "content": "b"}], "turn 1 must be an object with 'role' and 'content'"),
     ([], "must be a non-empty list"),
     ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "..."}], "holds '...', which is empty"),
+    ([{"role": "user", "content": "a"}, {"role": "assistant", "content": "", "tool_calls": [{"name": "f"}]}],
+     "turn 2 is a tool call or a tool's answer"),
+    ([{"role": "user", "content": "a"}, {"role": "tool", "content": "6"}], "turn 2 is a tool call or a tool's answer"),
+    ([{"role": "user", "content": "a", "name": "Ann"}, {"role": "assistant", "content": "b"}],
+     "turn 1 \\(user\\) has keys 'name', which catwalk does not pass to the chat template"),
 ])
 def test_bad_conversations_are_refused_before_any_model_loads(tmp_path, monkeypatch, turns, problem):
     from catwalk_steps.models import weights
@@ -80,23 +86,71 @@ def test_bad_conversations_are_refused_before_any_model_loads(tmp_path, monkeypa
             model=CHAT_MODEL, task=task, apply_chat_template=True)
 
 
+@pytest.mark.parametrize("row, problem", [
+    ({"messages": TWO_TURNS, "prompt": "Q?", "completion": "A"}, "field 'messages' is given beside prompt/completion"),
+    ({"message": TWO_TURNS}, "field 'message' is not a field catwalk reads: a conversation goes in 'messages'"),
+    ({"prompt": [{"role": "user", "content": "Q?"}], "completion": []}, "field 'completion' must be a non-empty list"),
+])
+def test_rows_that_would_be_read_in_part_are_refused(tmp_path, row, problem):
+    task = GenerationTask(data_files={"validation": str(write_jsonl(tmp_path / "rows.jsonl", [row]))})
+    with pytest.raises(DataError, match=f"rows.jsonl: line 1: {problem}"):
+        task.instances("validation", chat=render_format())
+
+
+def test_a_system_turn_the_template_refuses_is_refused_in_training_and_dropped_with_a_warning_in_evaluation(
+    chat_llama, tmp_path, caplog,
+):
+    """Mistral Instruct's template refuses system turns: training would change the data without a
+    word, so it refuses the row; evaluation leaves the turn out and says so, as lm-eval does."""
+    task = GenerationTask(data_files={split: str(write_jsonl(tmp_path / f"{split}.jsonl", [{"messages": TWO_TURNS}]))
+                                      for split in ("train", "validation")}, until=[], max_new_tokens=2)
+    step = FinetuneStep(model=chat_llama, tasks=[task], apply_chat_template="mistral", batch_size=1)
+    refused = r"Instance train/0: The chat template .* refuses the conversation \(system, user, assistant, user\)"
+    with pytest.raises(ConfigurationError, match=refused):
+        step.result(LocalWorkspace(tmp_path / "ws"))
+    with caplog.at_level("WARNING"):
+        (record,) = PredictStep(model=chat_llama, task=task, apply_chat_template="mistral").run(
+            model=chat_llama, task=task, apply_chat_template="mistral")
+    assert "refuses a system turn" in caplog.text and record["references"] == ["a clean towel"]
+
+
+def test_a_system_instruction_beside_the_conversation_s_own_system_turn_is_reported(tmp_path, caplog):
+    task = GenerationTask(data_files={"validation": str(write_jsonl(tmp_path / "v.jsonl", [{"messages": TWO_TURNS}]))})
+    tokenizer = ModelSpec.parse(CHAT_MODEL).load_tokenizer()
+    with caplog.at_level("WARNING"):
+        (instance,) = task.instances("validation", chat=ChatFormat(chat_renderer(tokenizer, True), "Be kind."))
+    assert "system_instruction is not used for instance validation/0" in caplog.text
+    assert instance.messages[0] == ("system", "Be brief.") and "Be kind." not in instance.prompt
+
+
 def test_conversations_need_a_template(chat_task):
-    with pytest.raises(ConfigurationError, match="holds conversations .* set apply_chat_template: true"):
+    with pytest.raises(ConfigurationError, match="holds conversations .* set apply_chat_template"):
         chat_task.instances("validation", limit=2)
 
 
 def test_fine_tuning_learns_each_assistant_turn_and_nothing_else(tmp_path):
+    """One sequence per conversation, as the template writes it (Zephyr's writes no BOS, so none),
+    its assistant turns learnt from where the generation prompt ends, end of turn included."""
     task = GenerationTask(data_files={"train": str(write_jsonl(tmp_path / "t.jsonl", [{"messages": TWO_TURNS}]))})
-    conventions = ModelSpec.parse(CHAT_MODEL).conventions()
-    (instance,) = task.instances("train", chat=render_format())
-    first, second = answer_examples(conventions, [[instance]], max_length=128, desc="t")
+    spec = ModelSpec.parse(CHAT_MODEL, add_bos_token=False, chat_template=True)
+    conventions = spec.conventions()
+    render = chat_renderer(conventions.tokenizer, True, strict=True)
+    (instance,) = task.instances("train", chat=ChatFormat(render))
+    (example,) = answer_examples(conventions, [[instance]], max_length=128, desc="t",
+                                 chat_rows=lambda i: row_tokens(i, conventions, render, True, LearntTokens()))
     decode = conventions.tokenizer.decode
-    assert decode(first["answer"]) == "\na sharp knife</s>\n" and decode(second["answer"]) == "\na clean towel</s>\n"
-    assert decode(second["prompt"]) == "<s><|system|>\nBe brief.</s>\n<|user|>\nWhat do you use to cut it?</s>\n" \
-        "<|assistant|>\na sharp knife</s>\n<|user|>\nAnd to dry it?</s>\n<|assistant|>"
-    assert first["prompt"][0] == conventions.tokenizer.bos_token_id and first["prompt"].count(1) == 2  # two EOS
-    assert (first["instance"], second["instance"]) == (None, instance)  # validated once, on its last answer
-    assert second["tokens"] == len(second["answer"])  # no EOS appended: the template's end of turn is learnt
+    ids, mask = example["prompt"] + example["answer"], [False] * len(example["prompt"]) + example["mask"]
+    assert decode(ids) == render([dict(role=r, content=c) for r, c in instance.messages], False, continue_final_message=False)
+    assert ids[0] != conventions.tokenizer.bos_token_id
+    learnt, run = [], []
+    for token, bit in zip(ids, mask):
+        if bit:
+            run.append(token)
+        elif run:
+            learnt, run = learnt + [decode(run)], []
+    learnt += [decode(run)] if run else []
+    assert learnt == ["a sharp knife</s>\n", "a clean towel</s>\n"]
+    assert example["tokens"] == sum(mask) and example["instance"] is instance
 
 
 def finetune(task, device_count=1, **extra) -> FinetuneStep:
@@ -149,16 +203,37 @@ def test_an_interrupted_run_resumes_on_another_device_count(chat_task, tmp_path,
 
 def test_the_template_is_in_the_key_and_a_model_without_one_is_refused(chat_task, mistral_llama):
     assert finetune(chat_task).unique_id != finetune(chat_task, apply_chat_template=False).unique_id
+    assert finetune(chat_task).unique_id.startswith(f"FinetuneStep-{FinetuneStep.CHAT_VERSION}-")
+    assert finetune(chat_task, apply_chat_template=False).unique_id.startswith(f"FinetuneStep-{FinetuneStep.VERSION}-")
+    assert finetune(chat_task, completion_only_loss=False).unique_id != finetune(chat_task).unique_id
+    assert finetune(chat_task, assistant_only_loss=False).unique_id != finetune(chat_task).unique_id
     with pytest.raises(ConfigurationError, match="has no chat template"):
         finetune(chat_task, model=mistral_llama)
+
+
+def test_a_chat_fine_tune_is_evaluated_under_its_template_unless_asked_otherwise(chat_task):
+    model = finetune(chat_task)
+    assert PredictStep(model=model, task=chat_task).kwargs["apply_chat_template"] is True
+    same = PredictStep(model=model, task=chat_task, apply_chat_template="default")
+    assert same.kwargs["apply_chat_template"] == "default"
+    for other in (False, "mistral"):
+        with pytest.raises(ConfigurationError, match="fine-tuned under the chat template True: its prompts would"):
+            PredictStep(model=model, task=chat_task, apply_chat_template=other)
+    allowed = PredictStep(model=model, task=chat_task, apply_chat_template=False, allow_other_template=True)
+    assert allowed.unique_id == PredictStep(model=model, task=chat_task, apply_chat_template=False,
+                                            allow_other_template=True, device_count=2).unique_id
+    plain = PredictStep(model=CHAT_MODEL, task=chat_task)
+    assert plain.kwargs["apply_chat_template"] is False  # a stock model: none, unless asked for
+    assert plain.unique_id == PredictStep(model=CHAT_MODEL, task=chat_task, apply_chat_template=False).unique_id
 
 
 def test_evaluation_generates_the_last_assistant_turn(one_worker, chat_task, tmp_path):
     _, model = one_worker
     step = PredictStep(model=CHAT_MODEL, task=chat_task, limit=4, apply_chat_template=True)
-    records = step.run(model=model, task=chat_task, limit=4, apply_chat_template=True)
+    records = step.run(model=model, task=chat_task, limit=4)  # under the template it was trained with
     rows = [json.loads(line) for line in (CHAT / "validation.jsonl").read_text().splitlines()[:4]]
-    conventions = ModelSpec.parse(CHAT_MODEL).conventions()
+    conventions = model.spec.conventions()
+    assert (model.spec.chat_template, model.spec.add_bos_token) == (True, False)
     render = chat_renderer(conventions.tokenizer, True)
     for record, row in zip(records, rows):
         assert record["references"] == [row["messages"][-1]["content"]]

@@ -201,3 +201,39 @@ def test_rows_and_one_step_equal_trl(case, template_models, tmp_path):
         worst = max(worst, (our_change - theirs_change).norm().item() / scale)
     print(f"{case}: largest relative difference of a weight change from TRL's: {worst:.1e}")
     assert worst < TOLERANCE
+
+
+PROMPT_QUICK = {("mistral", "messages"), ("zephyr", "completion"), ("vicuna", "messages")}
+
+
+@pytest.mark.parametrize("template, rows", [
+    case if case in PROMPT_QUICK else pytest.param(*case, marks=pytest.mark.full)
+    for case in ((t, r) for t in ("mistral", "zephyr", "chatml", "llama3", "vicuna") for r in ("messages", "completion"))
+])
+def test_a_fine_tuned_model_is_prompted_with_what_training_put_before_its_answer(template, rows, template_models,
+                                                                                 tmp_path):
+    """A chat fine-tune's evaluation prompt for a row is, token for token, what training put before
+    the row's last learnt turn: no BOS the template does not write, and a generation prompt's
+    trailing space (Vicuna's ``"ASSISTANT: "``) left to the answer's first token, as training
+    learnt it. The one exception, stated in the README: an answer whose first token does not take
+    that space in (a digit, under SentencePiece) was learnt after the space as a token of its own."""
+    from catwalk_steps.models.chat_templates import template_renderer
+    from catwalk_steps.models.prompt_room import generation_requests
+    from catwalk_steps.tasks.chat import ChatFormat
+
+    system = template != "mistral"  # (its template refuses system turns)
+    data = messages_rows(system) if rows == "messages" else conversational_completion_rows(system)
+    task = GenerationTask(data_files={"train": str(write_jsonl(tmp_path / "train.jsonl", data))}, until=[],
+                          max_new_tokens=8)
+    step = our_step(template_models[template], tmp_path / "train.jsonl", len(data), template, {})
+    trained = our_rows(step, tmp_path / "rows")
+    spec = FinetuneSettings(**{**_RUN_DEFAULTS, **step.kwargs}).model_spec()  # what the result keeps
+    conventions = spec.conventions()
+    instances = task.instances("train", chat=ChatFormat(template_renderer(conventions.tokenizer, True, str(spec))))
+    prompts = [request.prompt for request in generation_requests(conventions, instances, 1024)]
+    for (ids, labels), prompt, instance in zip(trained, prompts, instances):
+        last_turn = max(k for k in range(1, len(labels)) if labels[k] != -100 and labels[k - 1] == -100)
+        if template == "vicuna" and instance.references[0][0].isdigit():
+            assert list(prompt) + [ids[last_turn - 1]] == ids[:last_turn]
+            continue
+        assert list(prompt) == ids[:last_turn], instance.id

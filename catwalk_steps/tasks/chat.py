@@ -147,7 +147,10 @@ class ChatFormat:
             else:
                 conversation = (("system", self.system_instruction),) + conversation
         prompt_turns = None if instance.prompt_turns is None else instance.prompt_turns + len(conversation) - len(instance.messages)
-        prompt = self.render([{"role": role, "content": content} for role, content in conversation[:-1]], True)
+        try:
+            prompt = self.render([{"role": role, "content": content} for role, content in conversation[:-1]], True)
+        except ConfigurationError as error:
+            raise ConfigurationError(f"Instance {instance.id}: {error}") from error
         return replace(instance, prompt=prompt, messages=conversation, prompt_turns=prompt_turns)
 
 

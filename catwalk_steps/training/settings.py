@@ -44,9 +44,12 @@ class FinetuneSettings:
     apply_chat_template: Union[bool, str]
     """Train on prompts as conversations in the model's chat template (``true``, or the name of
     one its tokenizer carries), as ``catwalk::predict`` builds them (:mod:`catwalk_steps.tasks.chat`):
-    chat data (TRL's ``messages`` or ``prompt``/``completion`` rows of the ``generation`` task)
-    learns every assistant turn as the template writes it, end-of-turn tokens included, and nothing
-    else; a multiple-choice task scores its choices after the assistant's turn begins."""
+    chat data (TRL's ``messages`` or ``prompt``/``completion`` rows of the ``generation`` task) is
+    one sequence per row, tokenised and masked as TRL's ``SFTTrainer`` does
+    (:mod:`catwalk_steps.training.chat_rows`; which tokens are learnt: ``completion_only_loss``,
+    ``assistant_only_loss``); a multiple-choice task scores its choices after the assistant's turn
+    begins. Nothing but what the template writes is added (no BOS of the tokenizer's own, unless
+    ``add_bos_token``), and the result keeps the template: ``catwalk::predict`` evaluates it so."""
     completion_only_loss: Optional[bool]
     """TRL's setting of the same name: a prompt/completion row (of strings or of turns) learns
     its completion alone (unset or ``true``, TRL's default), or every token (``false``). See

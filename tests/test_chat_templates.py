@@ -138,14 +138,15 @@ def test_native_demonstrations_are_turns_or_one_folded_turn(tmp_path):
     chat = ChatFormat(lambda messages, *_, **__: seen.append(messages) or "rendered", "Sys", True)
     (instance,) = task.instances("validation", chat=chat)
     assert instance.prompt == "rendered"
-    prompt = seen[-2]  # rendered to prompt, then with the answer closing it
+    (prompt,) = seen  # rendered to the prompt; the conversation with the answer closing it is kept to learn
     assert [m["role"] for m in prompt] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert prompt[-1]["content"] == "Q: 0 + 0?" and prompt[2]["content"] in {"2", "4", "6"}
-    assert seen[-1] == prompt + [{"role": "assistant", "content": "0"}]
+    assert instance.messages == tuple((m["role"], m["content"]) for m in prompt) + (("assistant", "0"),)
+    assert instance.prompt_turns == len(prompt)  # a prompt/completion conversation: the answer alone is learnt
     folded = ChatFormat(chat.render, None, False)
     (plain,) = task.instances("validation")
     task.instances("validation", chat=folded)
-    assert seen[-2] == [{"role": "user", "content": plain.prompt}]  # the plain prompt, one user turn
+    assert seen[-1] == [{"role": "user", "content": plain.prompt}]  # the plain prompt, one user turn
 
 
 def test_settings_that_cannot_be_met_are_refused_at_graph_build(mistral_llama, chat_llama, tmp_path):

@@ -98,6 +98,10 @@ CASES = {
                               dict(assistant_only_loss=True)),
     "llama3-assistant-only": ("llama3-training", lambda: messages_rows(True), dict(assistant_only_loss=True),
                               dict(assistant_only_loss=True)),
+    # The loss over the learnt tokens of the whole accumulated batch, however it is cut: three
+    # micro-batches of two rows on both sides (rows of different lengths and learnt counts).
+    "zephyr-messages-accumulated": ("zephyr", lambda: messages_rows(True), dict(assistant_only_loss=False, micro_batch_size=2),
+                                    dict(per_device_train_batch_size=2, gradient_accumulation_steps=3)),
     # Our default for messages rows (each assistant turn, end of turn included) is TRL's
     # assistant_only_loss where the markers enclose what follows the generation prompt.
     "llama3-our-default": ("llama3-training", lambda: messages_rows(True), {}, dict(assistant_only_loss=True)),
@@ -133,12 +137,13 @@ def trl_trainer(model_dir: Path, data: Path, rows: int, settings: Dict[str, Any]
     from datasets import load_dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    config = trl.SFTConfig(
-        output_dir=str(output), use_cpu=True, bf16=False, gradient_checkpointing=False, report_to=[],
-        per_device_train_batch_size=rows, max_steps=1, learning_rate=LEARNING_RATE, lr_scheduler_type="constant",
-        warmup_steps=0, optim="sgd", weight_decay=0.0, max_grad_norm=0.0, save_strategy="no", logging_strategy="no",
-        dataset_num_proc=None, **settings,
-    )
+    config = trl.SFTConfig(**{
+        **dict(output_dir=str(output), use_cpu=True, bf16=False, gradient_checkpointing=False, report_to=[],
+               per_device_train_batch_size=rows, max_steps=1, learning_rate=LEARNING_RATE, lr_scheduler_type="constant",
+               warmup_steps=0, optim="sgd", weight_decay=0.0, max_grad_norm=0.0, save_strategy="no",
+               logging_strategy="no", dataset_num_proc=None),
+        **settings,
+    })
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     return trl.SFTTrainer(model=model, args=config, processing_class=AutoTokenizer.from_pretrained(model_dir),
                           train_dataset=load_dataset("json", data_files=str(data), split="train"))

@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from .scoring import Query
 
@@ -123,8 +123,7 @@ class TokenConventions:
         bos = None if self.encoder_decoder else self.tokenizer.bos_token
         ids = self.tokenizer.encode(text, **self._special_tokens(text, bos))
         if self.chat_trained and text[-1:].isspace():
-            following = self.tokenizer.encode(text + NEXT_WORD, **self._special_tokens(text, bos))
-            ids = ids[:next((k for k, (a, b) in enumerate(zip(ids, following)) if a != b), len(ids))]
+            ids = ids[:common_prefix(ids, self.tokenizer.encode(text + NEXT_WORD, **self._special_tokens(text, bos)))]
         return tuple(ids) or (self.prefix_token_id,)
 
     def stop_token_ids(self, lm: "PreTrainedModel") -> Set[int]:
@@ -150,6 +149,17 @@ class TokenConventions:
         """Whether these conventions put special tokens where no special tokens would (the
         encoding before they were adopted): a cache key then says so."""
         return self.encode(SAMPLE) != self.plain(SAMPLE) or self.prompt(SAMPLE) != tuple(self.plain(SAMPLE))
+
+
+def common_prefix(ids: Sequence[int], other: Sequence[int]) -> int:
+    """How many leading tokens ``ids`` and ``other`` share (TRL's ``common_prefix_length``): where
+    a text's encoding and the encoding of that text with more after it part."""
+    length = 0
+    for a, b in zip(ids, other):
+        if a != b:
+            break
+        length += 1
+    return length
 
 
 def conventions_key(adds_special_tokens: bool, encoder_decoder: bool = False) -> Optional[Dict[str, Any]]:

@@ -24,11 +24,12 @@ too: the first learnt token is at position 1 or later.
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
 from tango.common.exceptions import ConfigurationError
 
 from ..models.chat_templates import template_name
+from ..models.conventions import common_prefix
 
 if TYPE_CHECKING:
     from ..models.conventions import TokenConventions
@@ -51,16 +52,6 @@ class LearntTokens:
 
     completion_only_loss: Optional[bool] = None
     assistant_only_loss: Optional[bool] = None
-
-
-def common_prefix(ids: Sequence[int], other: Sequence[int]) -> int:
-    """How many leading tokens ``ids`` and ``other`` share (TRL's ``common_prefix_length``)."""
-    length = 0
-    for a, b in zip(ids, other):
-        if a != b:
-            break
-        length += 1
-    return length
 
 
 def check_generation_markers(tokenizer: Any, template: Union[bool, str], model: str) -> None:

@@ -132,28 +132,29 @@ def selected_record_key(kind: str, val_metric: Optional[str]) -> str:
 
 def answer_examples(
     conventions: "TokenConventions", instances_per_task: List[List["GenerationInstance"]], max_length: int,
-    desc: str, chat_rows: Optional[Callable[["GenerationInstance"], Tuple[List[int], List[bool]]]] = None,
+    desc: str, chat_rows: Callable[["GenerationInstance"], Tuple[List[int], List[bool]]],
 ) -> List[Example]:
     """One example per instance: its prompt and answer tokens, how many tokens its loss sums
     over, the instance itself and its task's position (for validation by exact match).
 
-    Chat data (a conversation, or TRL's prompt/completion row) is one sequence per row, its learnt
-    tokens masked (``chat_rows``: :func:`.chat_rows.row_tokens` with the step's settings; the
-    answer then carries a ``mask``). Any other row is its prompt and its first reference after the
-    target delimiter, then EOS. An answer longer than the model's window is an error before any
-    model loads; a chat row cut to the window with nothing learnt left in it is left out, with a
-    warning (as TRL drops it)."""
+    Chat data (a conversation, or TRL's prompt/completion row for a causal LM) is one sequence per
+    row, its learnt tokens masked (``chat_rows``: :func:`.chat_rows.row_tokens` with the step's
+    settings; the answer then carries a ``mask``). Any other row is its prompt and its first
+    reference after the target delimiter, then EOS (for an encoder-decoder, as
+    :mod:`..models.seq2seq` reads it). An answer longer than the model's window is an error before
+    any model loads; a chat row cut to the window with nothing learnt left in it is left out, with
+    a warning (as TRL drops it)."""
     from ..models.answer_loss import encode_answer, scored_tokens  # (peft: only once training)
 
     examples, cut = [], 0
     for task, instances in enumerate(instances_per_task):
         for instance in Tqdm.tqdm(instances, desc=desc):
-            if instance.messages is not None or instance.completion_row:
-                if chat_rows is None or conventions.encoder_decoder:
-                    raise ConfigurationError(
-                        f"Instance {instance.id} is chat data, which fine-tunes a causal LM"
-                        + (" only" if conventions.encoder_decoder else " under the step's chat settings")
-                    )
+            if conventions.encoder_decoder and instance.messages is not None:
+                raise ConfigurationError(
+                    f"Instance {instance.id} is a conversation, which fine-tunes causal LMs only (an encoder-decoder "
+                    "learns a prompt's answer: give prompt/completion or prompt/answers rows)"
+                )
+            if instance.messages is not None or (instance.completion_row and not conventions.encoder_decoder):
                 example = sequence_example(*chat_rows(instance), max_length, instance)
                 cut += example is None
                 if example is not None:

@@ -132,3 +132,30 @@ def test_the_printed_table_fits_a_narrow_terminal_with_every_header_whole(monkey
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= width  # it was cut: token_perplexi…
     for name in ("token_perplexity", "word_perplexity", "exact_match", "tiny-perplexity", "0.2500 ± 0.1000"):
         assert name in text
+
+
+def test_the_printed_table_is_text_where_the_log_handler_is_not_rich_s(monkeypatch):
+    """``tango run -j 2`` runs a step in a worker process, whose log lines reach the terminal as
+    text (``str`` of the message): the table, not ``<FittedTable object at 0x...>``."""
+    import logging
+    import os
+
+    from catwalk_steps.steps import metrics
+
+    monkeypatch.setenv("COLUMNS", "60")
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    monkeypatch.setattr(metrics.cli_logger, "handlers", [handler])
+    monkeypatch.setattr(metrics.cli_logger, "propagate", False)
+    monkeypatch.setattr(metrics.cli_logger, "disabled", False)
+    level = metrics.cli_logger.level
+    metrics.cli_logger.setLevel(logging.INFO)
+    try:
+        metrics.PrintMetricsStep(table=None).run(MetricsTable.from_results(MIXED, ["task", "run"]))
+    finally:
+        metrics.cli_logger.setLevel(level)
+    (text,) = records
+    assert "object at 0x" not in text and max(len(line) for line in text.splitlines()) <= 60
+    for name in ("token_perplexity", "exact_match", "tiny-perplexity", "0.2500 ± 0.1000"):
+        assert name in text, os.linesep + text

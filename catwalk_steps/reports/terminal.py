@@ -4,6 +4,8 @@ fit, so that no header or number is cut short (``token_perplexi…``) and every 
 the name of its row. Where not even one metric fits beside the names, each row is a table of its
 own, one metric a line."""
 
+import io
+import shutil
 from typing import Iterator, List, Optional
 
 from rich.cells import cell_len
@@ -38,6 +40,14 @@ class FittedTable:
 
     def __init__(self, table: MetricsTable, title: str) -> None:
         self.table, self.title = table, title
+
+    def __str__(self) -> str:
+        """The table as text at this terminal's width: what a log handler that is not rich's
+        writes (the step run in a worker process of ``tango run -j 2``, whose log lines are
+        forwarded as text)."""
+        console = Console(file=io.StringIO(), width=shutil.get_terminal_size().columns, color_system=None)
+        console.print(self)
+        return console.file.getvalue().rstrip("\n")
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         groups = column_groups(self.table, options.max_width)

@@ -115,3 +115,34 @@ def test_a_string_where_a_list_is_meant_is_refused_not_split_into_characters():
     with pytest.raises(ConfigurationError) as error:
         StepGraph.from_params({"f": {"type": "catwalk::finetune", "model": TINY_MODEL, "tasks": "piqa"}})
     assert str(error.value) == """FinetuneStep: tasks must be a list, got the string 'piqa': write ["piqa"] for one item"""
+
+
+ONE_LINE_CASES = {
+    # A bad setting, refused when the step graph is built.
+    "setting": ('{"steps": {"p": {"type": "catwalk::predict", "model": "%(model)s", "task": %(task)s, '
+                '"system_instruction": 5}}}', "ConfigurationError: PredictStep: system_instruction must be a string"),
+    # A bad data row, refused when the step reads its split.
+    "row": ('{"steps": {"p": {"type": "catwalk::predict", "model": "%(model)s", "task": %(task)s}}}',
+            "DataError: %(rows)s: line 2: field 'messages' has no assistant turn at its end"),
+}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("case", ["row", pytest.param("setting", marks=pytest.mark.full)])
+def test_a_bad_setting_and_a_bad_row_print_two_lines(tmp_path, case):
+    """Through a real ``tango run``: the error's own line and where its traceback is, no
+    traceback on the terminal."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"messages": [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": "A"}]})
+                    + "\n" + json.dumps({"messages": [{"role": "user", "content": "Q?"}]}) + "\n")
+    task = json.dumps({"type": "generation", "data_files": {"validation": str(rows)}})
+    config, expected = ONE_LINE_CASES[case]
+    (tmp_path / "bad.jsonnet").write_text(config % dict(model=TINY_MODEL, task=task))
+    done = subprocess.run(["tango", "run", "bad.jsonnet", "-w", "ws", "-i", "catwalk_steps"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0 and "Traceback" not in output, output
+    lines = [line for line in output.splitlines() if "Error:" in line or "the full traceback" in line]
+    assert len(lines) == 2 and lines[0].split("ERROR", 1)[-1].strip().startswith(expected % dict(rows=rows)), output
+    traceback_file = lines[1].split("the full traceback: ", 1)[1].split(")")[0]
+    assert open(traceback_file).read().startswith("Traceback (most recent call last)")

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, Iterator, Optional
 
+from ..tango_fixes.one_line_errors import shown_in_one_line
+
 #: A full filesystem, or a user's quota spent.
 FULL = {errno.ENOSPC, errno.EDQUOT}
 
@@ -65,6 +67,7 @@ class _OneLineError(OSError):
         return self.strerror
 
 
+@shown_in_one_line
 class DiskFullError(_OneLineError):
     """Writing ``path`` failed because its filesystem is full (or the quota spent)."""
 
@@ -119,6 +122,7 @@ def reporting_full_disk(path: Path, needed: Optional[int] = None) -> Iterator[No
         raise DiskFullError(path, needed) from e
 
 
+@shown_in_one_line
 class NotEnoughSpaceError(_OneLineError):
     """A run would not fit on its filesystem (found before it started)."""
 

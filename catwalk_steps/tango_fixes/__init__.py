@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (each patches Tango on import)
     environment_metadata,
     integration_search,
     killed_step_state,
+    one_line_errors,
     package_walk,
     registered_runs,
     setting_types,

@@ -6,6 +6,8 @@ and :class:`TargetInstance` (a target scored after a context, with a greedy flag
 from dataclasses import dataclass, replace
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
+from ..tango_fixes.one_line_errors import shown_in_one_line
+
 
 @dataclass(frozen=True)
 class MCInstance:
@@ -116,6 +118,7 @@ class DocumentInstance:
             raise ValueError(f"Document {self.id} is empty")
 
 
+@shown_in_one_line
 class DataError(ValueError):
     """A data row that cannot become an instance. The message names the source, row and field."""
 

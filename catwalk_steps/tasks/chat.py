@@ -131,10 +131,10 @@ class ChatFormat:
         the answer its completion. A conversational row is its own conversation."""
         if instance.messages is None:
             turns = [(d.prompt, d.target_delimiter, d.references[0]) for d in demonstrations]
-            messages = self.messages("", turns, instance.prompt) + [{"role": "assistant", "content": instance.references[0]}]
-            conversation = tuple((m["role"], m["content"]) for m in messages)
-            return replace(instance, prompt=self.render(messages[:-1], True), messages=conversation,
-                           prompt_turns=len(conversation) - 1)
+            messages = self.messages("", turns, instance.prompt)
+            conversation = tuple((m["role"], m["content"]) for m in messages) + (("assistant", instance.references[0]),)
+            return replace(instance, prompt=self.render(messages, True), messages=conversation,
+                           prompt_turns=len(messages))
         if demonstrations:
             raise ConfigurationError(
                 f"Instance {instance.id} is a conversation: it carries its own turns, so num_shots must be 0"
@@ -146,7 +146,8 @@ class ChatFormat:
                                "of its own", instance.id)
             else:
                 conversation = (("system", self.system_instruction),) + conversation
-        prompt_turns = None if instance.prompt_turns is None else instance.prompt_turns + len(conversation) - len(instance.messages)
+        added = len(conversation) - len(instance.messages)  # the system instruction's turn
+        prompt_turns = None if instance.prompt_turns is None else instance.prompt_turns + added
         try:
             prompt = self.render([{"role": role, "content": content} for role, content in conversation[:-1]], True)
         except ConfigurationError as error:

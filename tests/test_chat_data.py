@@ -97,6 +97,7 @@ def test_rows_that_would_be_read_in_part_are_refused(tmp_path, row, problem):
         task.instances("validation", chat=render_format())
 
 
+@pytest.mark.full
 def test_a_system_turn_the_template_refuses_is_refused_in_training_and_dropped_with_a_warning_in_evaluation(
     chat_llama, tmp_path, caplog,
 ):
@@ -240,6 +241,27 @@ def test_evaluation_generates_the_last_assistant_turn(one_worker, chat_task, tmp
         prompt = render(row["messages"][:-1], True)
         assert record["num_prompt_tokens"] == len(conventions.prompt(prompt))
         assert record["generation"] and "</s>" not in record["generation"]
+
+
+def test_diffs_of_chat_predictions_show_the_prompts_the_model_was_given(one_worker, chat_task, tmp_path):
+    from catwalk_steps import ExportDiffStep
+
+    step, _ = one_worker
+    zero_shot = PredictStep(model=CHAT_MODEL, task=chat_task, limit=8, apply_chat_template=True)
+    fine_tuned = PredictStep(model=step, task=chat_task, limit=8)  # under the template it was trained with
+    diff = ExportDiffStep(baseline=zero_shot, candidate=fine_tuned, output_dir=str(tmp_path / "diffs"))
+    assert (diff.kwargs["apply_chat_template"], diff.kwargs["model"]) == (True, CHAT_MODEL)
+    settings = {key: diff.kwargs[key] for key in ("output_dir", "task", "split", "limit", "model", "apply_chat_template")}
+    baseline = zero_shot.run(model=CHAT_MODEL, task=chat_task, limit=8, apply_chat_template=True)
+    # Every answer flipped, so that every instance is listed with its prompt.
+    flipped = [{**r, "scores": {**r["scores"], "exact_match": 1 - r["scores"]["exact_match"]}} for r in baseline]
+    out = diff.run(baseline=baseline, candidate=flipped, **settings)
+    changed = [json.loads(line) for line in (tmp_path / "diffs" / "diff.jsonl").read_text().splitlines()]
+    assert out == str(tmp_path / "diffs") and len(changed) == 8
+    render = chat_renderer(ModelSpec.parse(CHAT_MODEL).load_tokenizer(), True)
+    rows = [json.loads(line) for line in (CHAT / "validation.jsonl").read_text().splitlines()[:8]]
+    prompts = {f"validation/{n}": render(row["messages"][:-1], True) for n, row in enumerate(rows)}
+    assert all(entry["prompt"] == prompts[entry["id"]] for entry in changed)
 
 
 @pytest.mark.e2e

@@ -2,17 +2,25 @@
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from tango import Step
 
 from ..kinds import kind_of_records
+from ..models.chat_templates import template_renderer
+from ..models.finetuned import FinetunedModel
+from ..models.loading import ModelSpec
 from ..reports.diffs import diff_markdown, diff_records
 from ..storage.atomic import publish_text
 from ..tasks.base import check_limit, check_split
+from ..tasks.chat import ChatSettings
 from .compare import check_same_evaluation
 from .export import check_output_dir
 from .predict import PredictStep
+
+
+#: The baseline ``catwalk::predict`` step's settings that write its prompts under a chat template.
+CHAT_SETTINGS = ("model", "apply_chat_template", "system_instruction", "fewshot_as_multiturn")
 
 
 @Step.register("catwalk::export_diff")
@@ -25,11 +33,15 @@ class ExportDiffStep(Step):
     - ``diff.md``: counts of wins, losses and ties, and the 20 largest swings of the gold answer's
       margin.
 
-    The prompts come from ``task`` (with ``split`` and ``limit``), by default the baseline
-    ``catwalk::predict`` step's own. Not cached: it rewrites the files from cached results.
+    The prompts come from ``task`` (with ``split`` and ``limit``, and under the chat template the
+    predictions were made with), by default the baseline ``catwalk::predict`` step's own. Not
+    cached: it rewrites the files from cached results.
     """
 
     CACHEABLE = False
+    # Left at their defaults (predictions made without a chat template), the step keeps its id.
+    SKIP_DEFAULT_ARGUMENTS = {"model": None, "apply_chat_template": False, "system_instruction": None,
+                              "fewshot_as_multiturn": None}
 
     @classmethod
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -41,6 +53,8 @@ class ExportDiffStep(Step):
         if kwargs.get("task") is None and isinstance(baseline, PredictStep):
             kwargs = {**kwargs, "task": baseline.kwargs["task"]}
             kwargs.update({key: baseline.kwargs[key] for key in ("split", "limit") if key in baseline.kwargs})
+            if baseline.kwargs.get("apply_chat_template", False) is not False:  # its prompts as it wrote them
+                kwargs.update({key: baseline.kwargs[key] for key in CHAT_SETTINGS if key in baseline.kwargs})
         check_split("split", kwargs.get("task"), kwargs.get("split", "validation"))
         return kwargs
 
@@ -55,6 +69,10 @@ class ExportDiffStep(Step):
         task: Optional[Any] = None,
         split: str = "validation",
         limit: Optional[int] = None,
+        model: Optional[Union[str, FinetunedModel]] = None,
+        apply_chat_template: Union[bool, str] = False,
+        system_instruction: Optional[str] = None,
+        fewshot_as_multiturn: Optional[bool] = None,
     ) -> str:
         """
         :param output_dir: where ``diff.jsonl`` and ``diff.md`` go; created if missing.
@@ -66,10 +84,19 @@ class ExportDiffStep(Step):
         :param baseline_name: how ``diff.md`` names the baseline.
         :param candidate_name: how ``diff.md`` names the candidate.
         :param task: the task the predictions are of, for the prompts and gold answers.
+        :param model: with ``apply_chat_template`` (and ``system_instruction``,
+            ``fewshot_as_multiturn``): the prompts as the baseline step wrote them, in this model's
+            chat template (by default the baseline ``catwalk::predict`` step's settings).
         :returns: the directory written, as an absolute path.
         """
         kind = kind_of_records([*baseline, *candidate])
-        texts = {i.id: kind.instance_text(i) for i in task.instances(split, limit)} if task is not None else None
+        chat = ChatSettings.of(apply_chat_template, system_instruction, fewshot_as_multiturn)
+        settings = {}
+        if chat is not None:
+            spec = model.spec if isinstance(model, FinetunedModel) else ModelSpec.parse(model)
+            settings["chat"] = chat.format(template_renderer(spec.load_tokenizer(), chat.template, spec.pretrained))
+        instances = task.instances(split, limit, **settings) if task is not None else None
+        texts = None if instances is None else {i.id: kind.instance_text(i) for i in instances}
         diff = diff_records(kind, baseline, candidate, metric or kind.diff_metric(baseline), texts)
         out = Path(output_dir).resolve()
         out.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,12 @@ def include_path(tmp_path_factory) -> str:
         "dataset_name: null", f"dataset_kwargs: {{data_files: {json.dumps(files)}}}", "test_split: null",
         'description: "Pick the better way to reach the goal."',
     ]) + "\n")
+    lambada = {"test": str(TINY / "perplexity" / "lambada_test.jsonl")}
+    (directory / "lambada_chat.yaml").write_text("\n".join([  # a loglikelihood task (its last word)
+        "task: local_lambada_chat", f"include: {LM_EVAL_TASKS / 'lambada' / 'lambada_openai.yaml'}", "tag: []",
+        "dataset_path: json", "dataset_name: null", f"dataset_kwargs: {{data_files: {json.dumps(lambada)}}}",
+        "training_split: null", "validation_split: null", "test_split: test",
+    ]) + "\n")
     return str(directory)
 
 
@@ -59,7 +65,7 @@ def harness_requests(lm, include_path, name, shots, template, system, multiturn)
 
 
 @pytest.mark.parametrize("template, system, multiturn", SETTINGS)
-@pytest.mark.parametrize("name, shots", [("local_piqa_chat", 1), ("local_gen_arith", 2)])
+@pytest.mark.parametrize("name, shots", [("local_piqa_chat", 1), ("local_gen_arith", 2), ("local_lambada_chat", 0)])
 def test_prompts_are_lm_evaluation_harness_s(chat_llama, include_path, name, shots, template, system, multiturn):
     lm = harness(chat_llama)
     if isinstance(template, str):  # lm-eval 0.4.13 renders a named template only when told so here
@@ -68,10 +74,12 @@ def test_prompts_are_lm_evaluation_harness_s(chat_llama, include_path, name, sho
     tokenizer = ModelSpec.parse(chat_llama).load_tokenizer()
     chat = ChatFormat(chat_renderer(tokenizer, template), system, multiturn)
     task = LmEvalTask(task=name, include_path=include_path, include_defaults=False, num_shots=shots)
-    instances = task.instances("validation", limit=4, chat=chat)
+    instances = task.instances("test" if name == "local_lambada_chat" else "validation", limit=4, chat=chat)
     if task.REQUEST_TYPE == "multiple_choice":
         assert [pair for i in instances for pair in i.pairs()] == theirs
         assert all(continuation[0] != " " for _, continuation in theirs)  # no target delimiter under a template
+    elif task.REQUEST_TYPE == "loglikelihood":
+        assert [(i.context, i.target) for i in instances] == theirs
     else:
         assert [i.prompt for i in instances] == [prompt for prompt, _ in theirs]
     first = theirs[0][0]
@@ -83,7 +91,7 @@ def test_prompts_are_lm_evaluation_harness_s(chat_llama, include_path, name, sho
 def harness_chat_runs(chat_llama, include_path):
     """lm-evaluation-harness's own runs with ``--apply_chat_template --system_instruction``."""
     runs = {}
-    for name, shots, limit in (("local_piqa_chat", 1, 24), ("local_gen_arith", 2, 6)):
+    for name, shots, limit in (("local_piqa_chat", 1, 24), ("local_gen_arith", 2, 6), ("local_lambada_chat", 0, 8)):
         results = lm_eval.simple_evaluate(
             model=harness(chat_llama), tasks=[name], num_fewshot=shots, limit=limit, log_samples=True,
             task_manager=task_manager(include_path, False), apply_chat_template=True, system_instruction=SYSTEM,
@@ -93,9 +101,9 @@ def harness_chat_runs(chat_llama, include_path):
     return runs
 
 
-def chat_predictions(model, include_path, name, shots, limit, tmp_path):
+def chat_predictions(model, include_path, name, shots, limit, tmp_path, split="validation"):
     task = LmEvalTask(task=name, include_path=include_path, include_defaults=False, num_shots=shots)
-    step = PredictStep(model=model, task=task, limit=limit, device="cpu", apply_chat_template=True,
+    step = PredictStep(model=model, task=task, split=split, limit=limit, device="cpu", apply_chat_template=True,
                        system_instruction=SYSTEM, step_name="p")
     return step.result(LocalWorkspace(tmp_path))
 
@@ -114,6 +122,13 @@ def test_numbers_are_lm_evaluation_harness_s(chat_llama, include_path, harness_c
     for sample in samples:
         by_doc.setdefault(sample["doc_id"], sample)
     assert [r["generation"] for r in generated] == [by_doc[n]["resps"][0][0] for n in sorted(by_doc)]
+
+    # A loglikelihood task (LAMBADA's last word) under the template, as lm-eval builds it.
+    targets = chat_predictions(chat_llama, include_path, "local_lambada_chat", 0, 8, tmp_path, split="test")
+    results, samples = harness_chat_runs["local_lambada_chat"]
+    assert [r["loglik"] for r in targets] == pytest.approx([s["resps"][0][0][0] for s in samples], abs=1e-4)
+    assert [r["is_greedy"] for r in targets] == [s["resps"][0][0][1] for s in samples]
+    assert CalculateMetricsStep(predictions=targets).run(predictions=targets)["acc"] == results["acc,none"]
 
 
 def test_native_tasks_prompt_as_lm_evaluation_harness_under_a_template(chat_llama, include_path):

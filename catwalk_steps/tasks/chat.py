@@ -27,7 +27,9 @@ logger = logging.getLogger(__name__)
 Render = Callable[..., str]
 #: A demonstration: its question, the delimiter before its answer (in plain text), its answer.
 Turn = Tuple[str, str, str]
-#: The request types whose prompts can be conversations: a perplexity document has no prompt.
+#: The request types whose prompts can be conversations: a perplexity document has no prompt. A
+#: ``loglikelihood`` task's context is one (lm-evaluation-harness builds it so for every output
+#: type) where the task writes it (``prompt_as_conversation``: the lm_eval bridge's tasks).
 CHAT_REQUEST_TYPES = ("multiple_choice", "generate_until")
 
 
@@ -73,7 +75,7 @@ def check_chat_settings(kwargs: Dict[str, Any], tasks: Sequence[Any]) -> None:
         return
     for task in tasks:
         kind = getattr(task, "REQUEST_TYPE", None)
-        if kind is not None and kind not in CHAT_REQUEST_TYPES:
+        if kind is not None and kind not in CHAT_REQUEST_TYPES and not getattr(task, "prompt_as_conversation", False):
             raise ConfigurationError(
                 f"apply_chat_template: {type(task).__name__} makes {kind} requests, which have no prompt to put "
                 f"in a conversation (chat templates apply to {', '.join(CHAT_REQUEST_TYPES)})"

@@ -48,6 +48,25 @@ def include_path(tmp_path_factory) -> str:
     return str(directory)
 
 
+@pytest.fixture(scope="module")
+def mistral_default_llama(chat_llama, tmp_path_factory) -> str:
+    """``chat_llama`` with Mistral Instruct's template (its ``mistral``) as its only, default one."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from .tiny_models import MISTRAL_INSTRUCT_TEMPLATE
+
+    directory = tmp_path_factory.mktemp("mistral-default")
+    shutil.copytree(chat_llama.removeprefix("rc::"), directory, dirs_exist_ok=True)
+    (directory / "chat_template.jinja").unlink(missing_ok=True)
+    shutil.rmtree(directory / "additional_chat_templates", ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(chat_llama.removeprefix("rc::"))
+    tokenizer.chat_template = MISTRAL_INSTRUCT_TEMPLATE
+    tokenizer.save_pretrained(directory)
+    return f"rc::{directory}"
+
+
 def harness(model: str):
     from lm_eval.models.huggingface import HFLM
 
@@ -66,10 +85,11 @@ def harness_requests(lm, include_path, name, shots, template, system, multiturn)
 
 @pytest.mark.parametrize("template, system, multiturn", SETTINGS)
 @pytest.mark.parametrize("name, shots", [("local_piqa_chat", 1), ("local_gen_arith", 2), ("local_lambada_chat", 0)])
-def test_prompts_are_lm_evaluation_harness_s(chat_llama, include_path, name, shots, template, system, multiturn):
-    lm = harness(chat_llama)
-    if isinstance(template, str):  # lm-eval 0.4.13 renders a named template only when told so here
-        lm.chat_template_args = {"chat_template": template}
+def test_prompts_are_lm_evaluation_harness_s(chat_llama, mistral_default_llama, include_path, name, shots, template,
+                                             system, multiturn):
+    # lm-eval 0.4.13 at its defaults renders a tokenizer's default template whatever name it is
+    # given: the reference for a named template is the same model with that template as its default.
+    lm = harness(mistral_default_llama if isinstance(template, str) else chat_llama)
     theirs = harness_requests(lm, include_path, name, shots, template, system, multiturn)
     tokenizer = ModelSpec.parse(chat_llama).load_tokenizer()
     chat = ChatFormat(chat_renderer(tokenizer, template), system, multiturn)

@@ -64,9 +64,26 @@ def test_compare_and_a_table_with_a_baseline_take_every_kind(predicted, kind):
     assert expected_test in table.caption or f"delta_{metric}" not in table.display_columns()
 
 
+def with_changes(kind: str, metric: str, records):
+    """``records`` with the 0/1 ``metric`` of every other instance flipped, so that a diff has
+    wins and losses to list: the two tiny models agree on every generation and target. (Multiple
+    choice keeps its own: its correctness is read from the log-likelihoods, which differ.)"""
+    if kind == "multiple choice":
+        return records
+    changed = []
+    for n, record in enumerate(records):
+        if n % 2 == 0 and "scores" in record:
+            record = {**record, "scores": {**record["scores"], metric: 1 - record["scores"][metric]}}
+        elif n % 2 == 0:
+            record = {**record, "is_greedy": not record["is_greedy"]}
+        changed.append(record)
+    return changed
+
+
 @pytest.mark.parametrize("kind", ["multiple choice", "generation", "lm_eval generation", "targets"])
 def test_diffs_list_the_changed_instances_of_every_kind_with_a_0_1_metric(predicted, kind, tmp_path):
     task, split, metric, (baseline, candidate) = predicted[kind]
+    candidate = with_changes(kind, metric, candidate)
     step = ExportDiffStep(output_dir=str(tmp_path), baseline=baseline, candidate=candidate, metric=metric,
                           task=task, split=split, limit=16)
     out = step.run(output_dir=str(tmp_path), baseline=baseline, candidate=candidate, metric=metric, task=task,
@@ -74,7 +91,7 @@ def test_diffs_list_the_changed_instances_of_every_kind_with_a_0_1_metric(predic
     changed = [json.loads(line) for line in (tmp_path / "diff.jsonl").read_text().splitlines()]
     summary = (tmp_path / "diff.md").read_text()
     assert out == str(tmp_path) and f"({metric}, {len(baseline)} instances)" in summary
-    assert all(entry["change"] in ("win", "loss") for entry in changed)
+    assert changed and all(entry["change"] in ("win", "loss") for entry in changed)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -116,11 +133,12 @@ def test_seed_replicates_spread_and_compare_every_kind(predicted, kind):
 @pytest.mark.parametrize("kind", ["multiple choice", "generation", "lm_eval generation", "targets"])
 def test_a_diff_without_a_metric_takes_the_kinds_own(predicted, kind, tmp_path):
     task, split, metric, (baseline, candidate) = predicted[kind]
+    candidate = with_changes(kind, metric, candidate)
     ExportDiffStep(output_dir=str(tmp_path), baseline=baseline, candidate=candidate).run(
         output_dir=str(tmp_path), baseline=baseline, candidate=candidate, task=task, split=split, limit=16)
     assert f"({metric}, {len(baseline)} instances)" in (tmp_path / "diff.md").read_text()
     changed = [json.loads(line) for line in (tmp_path / "diff.jsonl").read_text().splitlines()]
-    assert all(entry["prompt"] and "kind" not in entry["baseline"] for entry in changed)
+    assert changed and all(entry["prompt"] and "kind" not in entry["baseline"] for entry in changed)
 
 
 def test_documents_have_nothing_to_diff_and_the_command_line_diffs_every_other_kind(predicted, tmp_path):

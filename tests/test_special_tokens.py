@@ -195,8 +195,13 @@ def test_the_key_reads_the_files_as_the_tokenizer_encodes(mistral_llama, chat_ll
     models += [f"rc::{tiny_architecture(tmp_path / name, name, TINY / 'model')}" for name in ("t5", "llama")]
     for model in models:
         spec = ModelSpec.parse(model)
-        found = adds_special_tokens_on_disk(spec.file_here)  # None: the key falls back to the loaded tokenizer
-        assert found in (None, spec.conventions().adds_special_tokens()), model
+        found = adds_special_tokens_on_disk(spec.file_here)
+        settings = spec.file_here("tokenizer", "tokenizer_config.json")
+        applied_on_load = settings is not None and {"add_bos_token", "add_eos_token"} & set(json.loads(settings.read_text()))
+        if applied_on_load:  # the files cannot say: the key falls back to the loaded tokenizer
+            assert found is None, model
+        else:
+            assert found is spec.conventions().adds_special_tokens(), model
     assert [ModelSpec.parse(m).conventions_key() is not None for m in models] == [False, True, True, True, True, False]
     assert ModelSpec.parse(models[4]).conventions_key() == {"encoder_window": "context cut to the window with its EOS"}
     assert adds_special_tokens_on_disk(ModelSpec.parse("rc::no-such/model").file_here) is None

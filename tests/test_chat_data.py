@@ -124,6 +124,21 @@ def test_a_system_instruction_beside_the_conversation_s_own_system_turn_is_repor
     assert instance.messages[0] == ("system", "Be brief.") and "Be kind." not in instance.prompt
 
 
+def test_chat_rows_that_cannot_be_prompted_are_refused_when_the_graph_is_built(chat_task, tmp_path):
+    """Conversations without a template, or with demonstrations, are refused before any step runs:
+    the split's first row says so."""
+    with pytest.raises(ConfigurationError, match="split 'validation' holds conversations .* --apply_chat_template"):
+        PredictStep(model=CHAT_MODEL, task=chat_task, apply_chat_template=False)
+    with pytest.raises(ConfigurationError, match="split 'train' holds conversations"):
+        finetune(chat_task, apply_chat_template=False)
+    shots = GenerationTask(data_files={split: str(CHAT / f"{split}.jsonl") for split in ("train", "validation")},
+                           num_shots=1)
+    with pytest.raises(ConfigurationError, match="carry their own turns: num_shots must be 0, not 1"):
+        PredictStep(model=CHAT_MODEL, task=shots, apply_chat_template=True)
+    plain = write_jsonl(tmp_path / "plain.jsonl", [{"prompt": "Q: 1 + 1?\nA:", "answers": ["2"]}])
+    PredictStep(model=CHAT_MODEL, task=GenerationTask(data_files={"validation": str(plain)}))  # prompts as they are
+
+
 def test_conversations_need_a_template(chat_task):
     with pytest.raises(ConfigurationError, match="holds conversations .* set apply_chat_template"):
         chat_task.instances("validation", limit=2)

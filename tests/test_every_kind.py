@@ -7,6 +7,7 @@ the per-instance 0/1 metrics, ``catwalk::export_diff``."""
 import json
 
 import pytest
+from tango.common.exceptions import ConfigurationError
 
 from catwalk_steps import CalculateMetricsStep, CompareStep, ExportDiffStep, PredictStep, TabulateMetricsStep
 from catwalk_steps.tasks import GenerationTask, LambadaTask, LmEvalTask, PerplexityTask, PiqaTask
@@ -193,3 +194,10 @@ def test_a_new_kind_is_one_class_that_every_judging_step_asks():
         del KINDS["count"]
     with pytest.raises(ValueError, match="Not a catwalk::predict record of any one kind .*: count, id"):
         kind_of_record(baseline[0])
+
+
+def test_a_diff_of_perplexity_predictions_is_refused_when_the_graph_is_built(tmp_path):
+    documents = PerplexityTask(data_files={"validation": str(PERPLEXITY / "documents.jsonl")})
+    baseline, candidate = (PredictStep(model=m, task=documents, limit=4) for m in (TINY_MODEL, SMALL_MODEL))
+    with pytest.raises(ConfigurationError, match="predictions \\(loglikelihood_rolling\\) have none: compare them"):
+        ExportDiffStep(output_dir=str(tmp_path), baseline=baseline, candidate=candidate)

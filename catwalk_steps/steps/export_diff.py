@@ -5,14 +5,15 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
 from tango import Step
+from tango.common.exceptions import ConfigurationError
 
-from ..kinds import kind_of_records
+from ..kinds import kind_of_records, kind_of_task
 from ..models.chat_templates import template_renderer
 from ..models.finetuned import FinetunedModel
 from ..models.loading import ModelSpec
 from ..reports.diffs import diff_markdown, diff_records
 from ..storage.atomic import publish_text
-from ..tasks.base import check_limit, check_split
+from ..tasks.base import Task, check_limit, check_split
 from ..tasks.chat import ChatSettings
 from .compare import check_same_evaluation
 from .export import check_output_dir
@@ -56,6 +57,12 @@ class ExportDiffStep(Step):
             if baseline.kwargs.get("apply_chat_template", False) is not False:  # its prompts as it wrote them
                 kwargs.update({key: baseline.kwargs[key] for key in CHAT_SETTINGS if key in baseline.kwargs})
         check_split("split", kwargs.get("task"), kwargs.get("split", "validation"))
+        task = kwargs.get("task")
+        if isinstance(task, Task) and not kind_of_task(task).diffable:
+            raise ConfigurationError(
+                f"catwalk::export_diff lists the instances a 0/1 metric changes on, and {type(task).__name__}'s "
+                f"predictions ({kind_of_task(task).name}) have none: compare them with catwalk::compare instead"
+            )
         return kwargs
 
     def run(  # type: ignore[override]

@@ -21,7 +21,7 @@ from ..storage.atomic import AtomicJsonFormat
 from ..tango_fixes.class_paths import keep_class_path
 from ..tasks import Task
 from ..tasks.chat import ChatSettings, check_chat_settings
-from ..tasks.base import check_limit, check_split
+from ..tasks.base import check_limit, check_prompts, check_split
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -77,6 +77,7 @@ class PredictStep(Step):
         if isinstance(kwargs.get("model"), str):
             ModelSpec.parse(kwargs["model"])
         check_evaluated_template(kwargs)
+        check_prompts(kwargs.get("task"), kwargs.get("split", "validation"), kwargs["apply_chat_template"] is not False)
         check_chat_settings(kwargs, [kwargs.get("task")])
         check_model_template(kwargs)
         return with_model_names(kwargs)

@@ -43,6 +43,13 @@ def check_split(setting: str, task: Any, split: Optional[str]) -> None:
         )
 
 
+def check_prompts(task: Any, split: Optional[str], chat: bool) -> None:
+    """Refuses, when the step graph is built, a split whose rows cannot be prompted so (chat data
+    without a template: :meth:`Task.check_prompts`)."""
+    if isinstance(task, Task) and split is not None and split in task.splits:
+        task.check_prompts(split, chat)
+
+
 class Task(Registrable, CustomDetHash):
     """A task read from the HF hub or from local files, as instances of one request type.
 
@@ -90,6 +97,10 @@ class Task(Registrable, CustomDetHash):
     @property
     def splits(self) -> Sequence[str]:
         return list(self.data_files) if self.data_files else list(self.HUB_SPLITS)
+
+    def check_prompts(self, split: str, chat: bool) -> None:
+        """Raises where ``split``'s rows, as far as the graph build can see, cannot be prompted
+        with a chat template (``chat``) or without one. Any row can, unless a task says otherwise."""
 
     def data_source(self) -> Any:
         """What the data is, for the cache key: local files by content, hub data by name."""

@@ -8,6 +8,7 @@ averages. ``{type: "generation"}`` reads any local JSONL of ``{"prompt": str, "a
 ...]}`` lines, or of chat data as TRL takes it (:mod:`.conversations`).
 """
 
+import json
 import string
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -193,11 +194,35 @@ class GenerationTask(GenerativeTask):
     ) -> List[GenerationInstance]:
         instances = super().instances(split, limit, chat)
         if chat is None and any(instance.messages for instance in instances):
-            raise ConfigurationError(
-                f"{type(self).__name__}: split {split!r} holds conversations (messages, or prompt and completion "
-                "as lists of turns), which only a chat template turns into prompts: set apply_chat_template"
-            )
+            raise self.needs_a_template(split)
         return instances
+
+    def check_prompts(self, split: str, chat: bool) -> None:
+        """Conversations need a chat template and carry their own turns (no demonstrations): read
+        from the split's first row, where it is a local JSONL file."""
+        path = self.data_files.get(split)
+        if path is None or path.suffix != ".jsonl":
+            return
+        with open(path, encoding="utf-8") as lines:
+            first = next((line for line in lines if line.strip()), "")
+        try:
+            row = json.loads(first)
+        except ValueError:
+            return  # a bad row is reported, naming its line, when the split is read
+        if not isinstance(row, dict) or not (row.get("messages") is not None or isinstance(row.get("prompt"), list)):
+            return
+        if not chat:
+            raise self.needs_a_template(split)
+        if self.num_shots:
+            raise ConfigurationError(f"{type(self).__name__}: split {split!r} holds conversations, which carry their "
+                                     f"own turns: num_shots must be 0, not {self.num_shots}")
+
+    def needs_a_template(self, split: str) -> ConfigurationError:
+        return ConfigurationError(
+            f"{type(self).__name__}: split {split!r} holds conversations (messages, or prompt and completion as "
+            "lists of turns), which only a chat template turns into prompts: set apply_chat_template (in a config) "
+            "or --apply_chat_template (on the command line)"
+        )
 
     def prompt(self, row: Row) -> str:
         return row.get("prompt")

@@ -17,7 +17,7 @@ from ..models.chat_templates import check_model_template
 from ..models.loading import ModelSpec
 from ..tasks import Task
 from ..tasks.chat import check_chat_settings
-from ..tasks.base import check_limit, check_split
+from ..tasks.base import check_limit, check_prompts, check_split
 from ..tracking.settings import check_tracking
 from .batches import micro_batch_size_for
 from .callbacks import check_callbacks
@@ -258,6 +258,7 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
     for task in kwargs.get("tasks") or []:
         for name in ("train_split", "validation_split"):
             check_split(name, task, kwargs.get(name, defaults.get(name)))
+            check_prompts(task, kwargs.get(name, defaults.get(name)), kwargs.get("apply_chat_template", False) is not False)
     device_count = kwargs.get("device_count", 1)
     check_device_setting(kwargs.get("device", "auto"), device_count)
     if kwargs.get("max_restarts", 0) < 0:

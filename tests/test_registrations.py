@@ -3,6 +3,7 @@ decorator on the wrong object, e.g. a helper function, would register that objec
 
 import inspect
 
+import pytest
 import torch
 from tango.common import Registrable
 from tango.integrations.torch import LRScheduler, Optimizer
@@ -35,3 +36,15 @@ def test_callbacks_name_each_hook():
 
     with pytest.raises(AttributeError):
         Callbacks([]).pre_bacth(0, 0, None)  # a misspelled hook is an error, not a silent no-op
+
+
+def test_a_second_request_kind_of_a_registered_name_is_refused():
+    from catwalk_steps.kinds import KINDS
+    from catwalk_steps.kinds.base import register
+
+    generation = KINDS["generate_until"]
+    assert register(generation) is generation  # the same kind again: nothing changes
+    impostor = type("Impostor", (type(generation),), {})()
+    with pytest.raises(ValueError, match="'generate_until' is registered already: Generation"):
+        register(impostor)
+    assert KINDS["generate_until"] is generation

@@ -118,6 +118,10 @@ KINDS: Dict[str, RequestKind] = {}
 
 
 def register(kind: RequestKind) -> RequestKind:
+    """Adds ``kind`` under its name; a second kind of the same name is refused (it would replace
+    the first without a word, and records of the first would be read by the second)."""
+    if kind.name in KINDS and KINDS[kind.name] is not kind:
+        raise ValueError(f"A request kind named {kind.name!r} is registered already: {type(KINDS[kind.name]).__name__}")
     KINDS[kind.name] = kind
     return kind
 

@@ -4,6 +4,7 @@ then builds the work and hands it to the layers below."""
 from .compare import CompareStep
 from .export import ExportPredictionsStep
 from .export_diff import ExportDiffStep
+from .export_model import ExportModelStep
 from .finetune import FinetuneStep
 from .metrics import CalculateMetricsStep, PrintMetricsStep, TabulateMetricsStep
 from .predict import PredictStep
@@ -12,6 +13,7 @@ __all__ = [
     "CalculateMetricsStep",
     "CompareStep",
     "ExportDiffStep",
+    "ExportModelStep",
     "ExportPredictionsStep",
     "FinetuneStep",
     "PredictStep",

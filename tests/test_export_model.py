@@ -1,0 +1,98 @@
+"""A fine-tuned model leaves the cache as a standard ``save_pretrained`` folder
+(``catwalk::export_model``): lm-evaluation-harness's own ``simple_evaluate`` with ``--model hf`` on
+the folder gives the numbers ``catwalk::predict`` gives on the cached model; a chat fine-tune's
+tokenizer keeps the template and special-token setting it was trained with; an adapter's run
+writes a peft adapter folder that peft loads onto the base model."""
+
+import json
+
+import pytest
+import torch
+from tango.workspaces import LocalWorkspace
+
+from catwalk_steps import CalculateMetricsStep, ExportModelStep, FinetuneStep, PredictStep
+from catwalk_steps.tasks import LmEvalTask, PiqaTask
+
+from .conftest import TINY, TINY_MODEL
+
+lm_eval = pytest.importorskip("lm_eval")
+from .lm_eval_docs import LM_EVAL_TASKS  # noqa: E402  (imports lm_eval)
+
+PIQA = PiqaTask(data_files={"train": str(TINY / "train.jsonl"), "validation": str(TINY / "validation.jsonl")})
+
+
+def fine_tuned(tmp_path, model=TINY_MODEL, tasks=(PIQA,), **settings):
+    step = FinetuneStep(model=model, tasks=list(tasks), batch_size=8, train_limit=32, validation_split=None,
+                        learning_rate=1e-3, **settings)
+    return step.result(LocalWorkspace(tmp_path / "ws"))
+
+
+def test_lm_eval_scores_the_exported_folder_as_we_score_the_cached_model(tmp_path):
+    from lm_eval.tasks import TaskManager
+
+    model = fine_tuned(tmp_path)
+    folder = ExportModelStep(model=None, output_dir=str(tmp_path / "exported")).run(
+        model=model, output_dir=str(tmp_path / "exported"))
+    files = {"validation": str(TINY / "validation.jsonl")}
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "piqa_local.yaml").write_text("\n".join([
+        "task: local_piqa_export", f"include: {LM_EVAL_TASKS / 'piqa' / 'piqa.yaml'}", "dataset_path: json",
+        "dataset_name: null", f"dataset_kwargs: {{data_files: {json.dumps(files)}}}", "training_split: null",
+        "test_split: null",
+    ]) + "\n")
+    theirs = lm_eval.simple_evaluate(
+        model="hf", model_args=f"pretrained={folder},dtype=float32", tasks=["local_piqa_export"], limit=24,
+        task_manager=TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False), log_samples=True,
+        bootstrap_iters=0, device="cpu", batch_size=8,
+    )
+    task = LmEvalTask(task="local_piqa_export", include_path=str(tmp_path / "tasks"), include_defaults=False)
+    ours = PredictStep(model=TINY_MODEL, task=task, limit=24).run(model=model, task=task, limit=24)
+    samples = sorted(theirs["samples"]["local_piqa_export"], key=lambda s: s["doc_id"])
+    for record, sample in zip(ours, samples):
+        assert record["logliks"] == pytest.approx([r[0][0] for r in sample["resps"]], abs=1e-4)
+    metrics = CalculateMetricsStep(predictions=ours).run(predictions=ours)
+    assert metrics["acc"] == theirs["results"]["local_piqa_export"]["acc,none"]
+    assert {"config.json", "model.safetensors", "generation_config.json"} <= {p.name for p in folder_files(folder)}
+
+
+def folder_files(folder):
+    from pathlib import Path
+
+    return list(Path(folder).iterdir())
+
+
+def test_a_chat_fine_tune_leaves_with_its_template_and_special_tokens(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from catwalk_steps.tasks import GenerationTask
+
+    chat = GenerationTask(data_files={"train": str(TINY / "chat" / "train.jsonl")}, until=[], max_new_tokens=4)
+    model = fine_tuned(tmp_path, model=f"rc::{TINY / 'chat-model'}", tasks=[chat], apply_chat_template=True)
+    folder = ExportModelStep(model=None, output_dir=str(tmp_path / "chat")).run(model=model, output_dir=str(tmp_path / "chat"))
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    trained = model.spec.conventions().tokenizer
+    assert tokenizer.chat_template == trained.chat_template and tokenizer.encode("Hi") == trained.encode("Hi")
+    assert tokenizer.encode("Hi")[0] != tokenizer.bos_token_id  # trained without a BOS the template does not write
+    loaded = AutoModelForCausalLM.from_pretrained(folder)
+    for name, tensor in model.state_dict.items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    # Written again: replaced whole, nothing left beside it.
+    ExportModelStep(model=None, output_dir=str(tmp_path / "chat")).run(model=model, output_dir=str(tmp_path / "chat"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chat", "ws"]
+
+
+def test_an_adapter_leaves_as_a_peft_folder_or_merged(tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = fine_tuned(tmp_path, adapter={"type": "lora", "r": 4})
+    adapter = ExportModelStep(model=None, output_dir=str(tmp_path / "a")).run(
+        model=model, output_dir=str(tmp_path / "a"), merge_adapter=False)
+    merged = ExportModelStep(model=None, output_dir=str(tmp_path / "m")).run(model=model, output_dir=str(tmp_path / "m"))
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in folder_files(adapter)}
+    base = AutoModelForCausalLM.from_pretrained(TINY_MODEL.removeprefix("rc::"))
+    with_adapter = PeftModel.from_pretrained(base, adapter).eval()
+    plain = AutoModelForCausalLM.from_pretrained(merged).eval()
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        assert torch.allclose(with_adapter(ids).logits, plain(ids).logits, atol=1e-5)

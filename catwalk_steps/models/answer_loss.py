@@ -10,7 +10,7 @@ the device count. Tokens, padding and truncation follow :mod:`.scoring`: an answ
 continuation like any other, and the same left-padded batch gives its summed log-likelihood.
 """
 
-from typing import TYPE_CHECKING, Any, Dict, List, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import torch
 from tango.common.exceptions import ConfigurationError
@@ -55,11 +55,14 @@ class AnswerLossModel(RankClassificationModel):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **{**kwargs, "shared_context": False})
 
-    def forward(self, **batch: torch.Tensor) -> Dict[str, torch.Tensor]:
+    def forward(self, sequence_mask: Optional[torch.Tensor] = None, **batch: torch.Tensor) -> Dict[str, torch.Tensor]:
         """``loss``: the summed negative log-likelihood of the batch's answer tokens (to be
         divided by the global batch's answer tokens); ``losses`` and ``tokens``: per instance.
-        ``batch``: the tensors of :func:`.scoring.collate_queries`."""
+        ``batch``: the tensors of :func:`.scoring.collate_queries`; ``sequence_mask``: packed
+        rows' attention (:func:`packed_layout`), in place of the plain mask."""
         lm = self.scoring_lm
+        if sequence_mask is not None:
+            batch = {**batch, "attention_mask": sequence_mask}
         losses = -continuation_logliks(lm, **batch)
         tokens = batch["target_mask"].sum(-1) + int(lm.config.is_encoder_decoder)  # (see scored_tokens)
         return {"loss": losses.sum(), "losses": losses.detach(), "tokens": tokens}
@@ -80,5 +83,30 @@ class AnswerCollator(DataCollator[Dict[str, Any]]):
     def __call__(self, items: List[Dict[str, Any]]) -> Dict[str, Any]:
         queries = [Query(tuple(item["prompt"]), tuple(item["answer"])) for item in items]
         masks = [item.get("mask") or [True] * len(item["answer"]) for item in items]
-        return collate_queries(queries, self.pad_token_id, self.max_length, self.encoder_decoder,
-                               masks if any("mask" in item for item in items) else None)
+        batch = collate_queries(queries, self.pad_token_id, self.max_length, self.encoder_decoder,
+                                masks if any("mask" in item for item in items) else None)
+        if any("segments" in item for item in items):
+            batch.update(packed_layout([item.get("segments") or [len(q.context) + len(q.continuation)]
+                                        for item, q in zip(items, queries)], batch["input_ids"].shape[1]))
+        return batch
+
+
+def packed_layout(segments: List[List[int]], width: int) -> Dict[str, torch.Tensor]:
+    """The position ids and attention mask of left-padded rows that each hold several sequences
+    (``segments``: their lengths, in order; a row's input is all its tokens but the last): each
+    sequence's positions from 0, and a ``[rows, 1, width, width]`` causal mask that lets a token
+    see only the earlier tokens of its own sequence (SDPA on CPU ignores position ids, so the mask
+    is what keeps packed sequences apart). The batch's 2-D ``attention_mask`` stays: it says
+    which positions are tokens (what throughput counts); the model reads ``sequence_mask``."""
+    position_ids = torch.zeros((len(segments), width), dtype=torch.long)
+    sequence = torch.full((len(segments), width), -1, dtype=torch.long)  # -1: padding
+    for row, lengths in enumerate(segments):
+        positions = torch.cat([torch.arange(n) for n in lengths])[:-1]
+        owners = torch.cat([torch.full((n,), k) for k, n in enumerate(lengths)])[:-1]
+        position_ids[row, width - len(positions):] = positions
+        sequence[row, width - len(owners):] = owners
+    causal = torch.ones((width, width), dtype=torch.bool).tril()
+    same = (sequence[:, :, None] == sequence[:, None, :]) & (sequence[:, None, :] >= 0)
+    # A padding position sees itself, so no row of the mask is empty (SDPA would give NaN).
+    same |= torch.eye(width, dtype=torch.bool)
+    return {"position_ids": position_ids, "sequence_mask": (same & causal)[:, None]}

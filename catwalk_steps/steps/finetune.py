@@ -67,7 +67,7 @@ class FinetuneStep(Step):
     SKIP_DEFAULT_ARGUMENTS = {
         "optimizer": None, "lr_scheduler": None, "patience": None, "decay_biases_and_norms": False,
         "val_metric": None, "add_bos_token": None, "apply_chat_template": False, "completion_only_loss": None,
-        "assistant_only_loss": None,
+        "assistant_only_loss": None, "packing": False,
     }
     METADATA = {"artifact_kind": "model"}
 
@@ -100,6 +100,7 @@ class FinetuneStep(Step):
         precision: str = "32",
         gradient_checkpointing: bool = False,
         shared_context: bool = True,
+        packing: bool = False,
         batch_size: int = 32,
         micro_batch_size: Optional[int] = None,
         train_epochs: int = 1,

@@ -21,6 +21,7 @@ from .batches import BatchPlan, micro_batch_size_for
 from .chat_rows import LearntTokens, check_generation_markers, row_tokens
 from .generative import GENERATIVE, answer_examples, generated_metric, selected_record_key, task_metric, training_kind
 from .loop import TrainingJob
+from .packing import packed_examples
 from .settings import FinetuneSettings
 
 if TYPE_CHECKING:
@@ -92,6 +93,10 @@ def training_job(
     if generative and s.val_metric == "exact_match" and validation_instances:  # its budget, checked before training
         generation_requests(conventions, [i for part in validation_instances for i in part], max_length)
     train = examples(s.train_split, train_instances)
+    if s.packing:
+        if conventions.encoder_decoder:
+            raise ConfigurationError("packing: an encoder-decoder reads each row's prompt apart; train it unpacked")
+        train = packed_examples(train, max_length)
     plan = BatchPlan(len(train), s.batch_size, micro_batch_size, s.seed)
     if plan.steps_per_epoch == 0:
         raise ConfigurationError(f"{len(train)} training instances make no batch of {s.batch_size}")

@@ -79,6 +79,11 @@ class FinetuneSettings:
     twice per step, and autograd holds every block's whole gradient from the continuations' backward until
     the contexts' (4 bytes per parameter per worker at the peak, whatever the worker count;
     docs/benchmarks.md). ``false`` where that matters."""
+    packing: bool
+    """Generative tasks: pack the training rows into sequences of the model's window, as TRL's
+    ``packing`` does (:mod:`catwalk_steps.training.packing`): best-fit decreasing, no attention
+    across rows, the same loss and gradients as the rows unpacked. ``batch_size`` then counts packed
+    sequences, as TRL's does. Validation stays unpacked. Causal LMs only."""
     batch_size: int
     """Instances per optimizer step, over all devices and micro-batches. Each epoch trains on
     ``len(train) // batch_size`` whole batches of a fresh permutation."""
@@ -278,13 +283,18 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
 
 
 def check_learnt_tokens(kwargs: Dict[str, Any]) -> None:
-    """``completion_only_loss`` and ``assistant_only_loss`` are for chat data, of generative tasks."""
+    """``completion_only_loss``, ``assistant_only_loss`` and ``packing`` are for generative tasks
+    (the first two for chat data)."""
+    tasks = [task for task in kwargs.get("tasks") or [] if not isinstance(task, Step)]
+    generative = not tasks or training_kind(tasks) == GENERATIVE  # (tasks other steps make: checked when run)
     for name in ("completion_only_loss", "assistant_only_loss"):
         value = kwargs.get(name)
         if value not in (None, True, False):
             raise ConfigurationError(f"{name} must be true, false or unset (null), got {value!r}")
-        tasks = [task for task in kwargs.get("tasks") or [] if not isinstance(task, Step)]
-        if value is not None and tasks and training_kind(tasks) != GENERATIVE:
+        if value is not None and not generative:
             raise ConfigurationError(f"{name} says which tokens of chat data are learnt: it is for generative tasks")
+    if kwargs.get("packing") and not generative:
+        raise ConfigurationError("packing packs the rows of generative tasks; multiple-choice training scores each "
+                                 "instance's choices together (shared_context saves their common context instead)")
     if kwargs.get("assistant_only_loss") is not None and kwargs.get("apply_chat_template", False) is False:
         raise ConfigurationError("assistant_only_loss says how conversations are learnt, which needs apply_chat_template")

@@ -218,9 +218,12 @@ def test_an_interrupted_run_resumes_on_another_device_count(chat_task, tmp_path,
 
 
 def test_the_template_is_in_the_key_and_a_model_without_one_is_refused(chat_task, mistral_llama):
-    assert finetune(chat_task).unique_id != finetune(chat_task, apply_chat_template=False).unique_id
+    answers = GenerationTask(data_files={"train": str(TINY / "generation" / "train.jsonl")})  # prompt/answers rows
+    assert finetune(answers, validation_split=None).unique_id != \
+        finetune(answers, validation_split=None, apply_chat_template=False).unique_id
     assert finetune(chat_task).unique_id.startswith(f"FinetuneStep-{FinetuneStep.CHAT_VERSION}-")
-    assert finetune(chat_task, apply_chat_template=False).unique_id.startswith(f"FinetuneStep-{FinetuneStep.VERSION}-")
+    assert finetune(answers, validation_split=None, apply_chat_template=False).unique_id.startswith(
+        f"FinetuneStep-{FinetuneStep.VERSION}-")
     assert finetune(chat_task, completion_only_loss=False).unique_id != finetune(chat_task).unique_id
     assert finetune(chat_task, assistant_only_loss=False).unique_id != finetune(chat_task).unique_id
     with pytest.raises(ConfigurationError, match="has no chat template"):
@@ -232,15 +235,16 @@ def test_a_chat_fine_tune_is_evaluated_under_its_template_unless_asked_otherwise
     assert PredictStep(model=model, task=chat_task).kwargs["apply_chat_template"] is True
     same = PredictStep(model=model, task=chat_task, apply_chat_template="default")
     assert same.kwargs["apply_chat_template"] == "default"
+    answers = GenerationTask(data_files={"validation": str(TINY / "generation" / "validation.jsonl")})
     for other in (False, "mistral"):
         with pytest.raises(ConfigurationError, match="fine-tuned under the chat template True: its prompts would"):
-            PredictStep(model=model, task=chat_task, apply_chat_template=other)
-    allowed = PredictStep(model=model, task=chat_task, apply_chat_template=False, allow_other_template=True)
-    assert allowed.unique_id == PredictStep(model=model, task=chat_task, apply_chat_template=False,
+            PredictStep(model=model, task=answers, apply_chat_template=other)
+    allowed = PredictStep(model=model, task=answers, apply_chat_template=False, allow_other_template=True)
+    assert allowed.unique_id == PredictStep(model=model, task=answers, apply_chat_template=False,
                                             allow_other_template=True, device_count=2).unique_id
-    plain = PredictStep(model=CHAT_MODEL, task=chat_task)
+    plain = PredictStep(model=CHAT_MODEL, task=answers)
     assert plain.kwargs["apply_chat_template"] is False  # a stock model: none, unless asked for
-    assert plain.unique_id == PredictStep(model=CHAT_MODEL, task=chat_task, apply_chat_template=False).unique_id
+    assert plain.unique_id == PredictStep(model=CHAT_MODEL, task=answers, apply_chat_template=False).unique_id
 
 
 def test_evaluation_generates_the_last_assistant_turn(one_worker, chat_task, tmp_path):

@@ -123,7 +123,7 @@ ONE_LINE_CASES = {
                 '"system_instruction": 5}}}', "ConfigurationError: PredictStep: system_instruction must be a string"),
     # A bad data row, refused when the step reads its split.
     "row": ('{"steps": {"p": {"type": "catwalk::predict", "model": "%(model)s", "task": %(task)s}}}',
-            "DataError: %(rows)s: line 2: field 'messages' has no assistant turn at its end"),
+            "DataError: %(rows)s: line 2: field 'answers' must be a non-empty list of answer texts"),
 }
 
 
@@ -133,8 +133,7 @@ def test_a_bad_setting_and_a_bad_row_print_two_lines(tmp_path, case):
     """Through a real ``tango run``: the error's own line and where its traceback is, no
     traceback on the terminal."""
     rows = tmp_path / "rows.jsonl"
-    rows.write_text(json.dumps({"messages": [{"role": "user", "content": "Q?"}, {"role": "assistant", "content": "A"}]})
-                    + "\n" + json.dumps({"messages": [{"role": "user", "content": "Q?"}]}) + "\n")
+    rows.write_text(json.dumps({"prompt": "Q?", "answers": ["A"]}) + "\n" + json.dumps({"prompt": "Q?"}) + "\n")
     task = json.dumps({"type": "generation", "data_files": {"validation": str(rows)}})
     config, expected = ONE_LINE_CASES[case]
     (tmp_path / "bad.jsonnet").write_text(config % dict(model=TINY_MODEL, task=task))

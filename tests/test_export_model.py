@@ -86,9 +86,9 @@ def test_an_adapter_leaves_as_a_peft_folder_or_merged(tmp_path):
     from transformers import AutoModelForCausalLM
 
     model = fine_tuned(tmp_path, adapter={"type": "lora", "r": 4})
-    adapter = ExportModelStep(model=None, output_dir=str(tmp_path / "a")).run(
-        model=model, output_dir=str(tmp_path / "a"), merge_adapter=False)
-    merged = ExportModelStep(model=None, output_dir=str(tmp_path / "m")).run(model=model, output_dir=str(tmp_path / "m"))
+    adapter = ExportModelStep(model=None, output_dir=str(tmp_path / "a")).run(model=model, output_dir=str(tmp_path / "a"))
+    merged = ExportModelStep(model=None, output_dir=str(tmp_path / "m")).run(
+        model=model, output_dir=str(tmp_path / "m"), merge_adapter=True)
     assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in folder_files(adapter)}
     base = AutoModelForCausalLM.from_pretrained(TINY_MODEL.removeprefix("rc::"))
     with_adapter = PeftModel.from_pretrained(base, adapter).eval()

@@ -3,7 +3,7 @@
 config, its weights in safetensors, its generation config, and its tokenizer, with the chat
 template it was trained under as the tokenizer's default and the special-token setting it was
 trained with. An adapter's run writes a peft adapter folder (``adapter_config.json``,
-``adapter_model.safetensors``, the tokenizer) unless merged into the weights.
+``adapter_model.safetensors``, the tokenizer), or the base model with the adapter merged.
 
 The folder is written beside its destination and renamed onto it, so a reader never sees half
 of one, and a folder there before is replaced whole.
@@ -22,7 +22,7 @@ from .finetuned import FinetunedModel
 from .weights import load_pretrained
 
 
-def write_pretrained_folder(model: FinetunedModel, directory: Path, merge_adapter: bool = True) -> Path:
+def write_pretrained_folder(model: FinetunedModel, directory: Path, merge_adapter: bool = False) -> Path:
     """Writes ``model`` into ``directory`` (created, or replaced whole) and returns it."""
     directory = Path(directory).resolve()
     directory.parent.mkdir(parents=True, exist_ok=True)

@@ -16,9 +16,9 @@ class ExportModelStep(Step):
     that transformers' ``AutoModelForCausalLM.from_pretrained``, lm-evaluation-harness's ``--model
     hf pretrained=...`` and vLLM load as they are (:mod:`..models.pretrained_folder`): config,
     safetensors weights, generation config, and the tokenizer with the chat template the model was
-    trained under as its default. An adapter's run is merged into the weights unless
-    ``merge_adapter: false``, which writes the peft adapter folder (for ``PeftModel.from_pretrained``
-    on the base model). The folder is replaced whole, never half-written.
+    trained under as its default. An adapter's run writes the peft adapter folder (for
+    ``PeftModel.from_pretrained`` on the base model), or, with ``merge_adapter: true``, the base
+    model with the adapter merged into its weights. The folder is replaced whole, never half-written.
 
     Not cached: the cache holds the weights already; this copies them out.
     """
@@ -31,12 +31,12 @@ class ExportModelStep(Step):
         check_output_dir(kwargs.get("output_dir", ""))
         return kwargs
 
-    def run(self, model: FinetunedModel, output_dir: str, merge_adapter: bool = True) -> str:  # type: ignore[override]
+    def run(self, model: FinetunedModel, output_dir: str, merge_adapter: bool = False) -> str:  # type: ignore[override]
         """
         :param model: a ``catwalk::finetune`` step's result.
         :param output_dir: the folder to write (created, or replaced whole).
         :param merge_adapter: for an adapter's run, the adapter merged into the base weights (a
-            plain model folder), or, ``false``, the adapter folder alone.
+            plain model folder) instead of the adapter folder alone.
         :returns: the folder written, as an absolute path.
         """
         folder = write_pretrained_folder(model, Path(output_dir), merge_adapter)

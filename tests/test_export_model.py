@@ -61,6 +61,7 @@ def folder_files(folder):
     return list(Path(folder).iterdir())
 
 
+@pytest.mark.full
 def test_a_chat_fine_tune_leaves_with_its_template_and_special_tokens(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -81,6 +82,7 @@ def test_a_chat_fine_tune_leaves_with_its_template_and_special_tokens(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["chat", "ws"]
 
 
+@pytest.mark.full
 def test_an_adapter_leaves_as_a_peft_folder_or_merged(tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM

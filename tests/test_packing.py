@@ -78,6 +78,7 @@ def test_packed_rows_give_the_unpacked_loss_and_gradients(zephyr_llama, tmp_path
     assert worst < TOLERANCE
 
 
+@pytest.mark.full
 def test_one_packed_step_moves_the_weights_as_the_unpacked_step(zephyr_llama, tmp_path):
     data = write_jsonl(tmp_path / "train.jsonl", messages_rows(True))
     unpacked = our_step(zephyr_llama, data, 6, "zephyr", {})

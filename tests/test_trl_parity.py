@@ -217,7 +217,7 @@ def test_rows_and_one_step_equal_trl(case, template_models, tmp_path):
     assert worst < TOLERANCE
 
 
-PROMPT_QUICK = {("zephyr", "completion"), ("vicuna", "messages")}
+PROMPT_QUICK = {("vicuna", "messages")}
 
 
 @pytest.mark.parametrize("template, rows", [

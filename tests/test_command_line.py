@@ -16,6 +16,7 @@ from catwalk_steps import evaluate, train
 from catwalk_steps.command_line import CONFIGS, evaluate_jsonnet, resolve_tasks
 
 from .conftest import REPO
+from .documented import documented, documented_argv
 
 TINY = REPO / "data" / "tiny"
 LOCAL = {
@@ -165,3 +166,20 @@ def test_special_tokens_and_chat_flags_reach_the_steps(tmp_path):
     plain = graph_of(evaluate, ["--model", f"rc::{TINY}/model", "--task", "piqa", "--data_files", *LOCAL["piqa"]])
     (step,) = [s for s in plain.values() if type(s).__name__ == "PredictStep"]
     assert step.kwargs["apply_chat_template"] is False and step.kwargs["add_bos_token"] is None
+
+
+@pytest.mark.parametrize("command", [
+    documented("python -m catwalk_steps.train --model rc::gpt2 --task piqa --device_count 2 --batch_size 16 "
+               "--micro_batch_size 8 -w workspace"),
+    documented("python -m catwalk_steps.evaluate --model rc::gpt2 --model rc::gpt2-medium --task core "
+               "--baseline rc::gpt2 -w workspace"),
+])
+def test_the_documented_commands_build_their_steps(command):
+    """docs/command-line.md's examples name hub models (no network here): their step graphs are
+    built as the commands build them, and hold what the flags say."""
+    argv = documented_argv(command)
+    graph = graph_of({"catwalk_steps.train": train, "catwalk_steps.evaluate": evaluate}[argv[2]], argv[3:])
+    if argv[2] == "catwalk_steps.train":
+        assert graph["finetune"].kwargs["device_count"] == 2 and graph["finetune"].kwargs["batch_size"] == 16
+    else:
+        assert {step.kwargs["model"] for step in graph.values() if step.kwargs.get("model")} >= {"rc::gpt2", "rc::gpt2-medium"}

@@ -19,6 +19,7 @@ from tango.workspaces import LocalWorkspace
 from catwalk_steps.list_steps import step_names
 
 from .conftest import REPO, computed_in_this_process
+from .documented import README_TRAIN, code_blocks, documented_argv, table_rows
 
 pytestmark = pytest.mark.e2e
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -27,6 +28,7 @@ SWEEP = "configs/sweep_tiny.jsonnet"
 
 
 def tango_run(config: str, workspace: Path, name: str, *options: str) -> str:
+    """``tango run CONFIG -w WORKSPACE`` (the docs' form: ``documented_run``) under a run name."""
     started = time.perf_counter()
     done = subprocess.run(
         [TANGO, "run", config, "-w", str(workspace), "--name", name, *options],
@@ -39,6 +41,13 @@ def tango_run(config: str, workspace: Path, name: str, *options: str) -> str:
     print(f"tango run {config} ({name}): {time.perf_counter() - started:.1f} s")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout + done.stderr
+
+
+def documented_run(command: str, workspace: Path, name: str, *options: str) -> str:
+    """A ``tango run CONFIG -w workspace`` command as a page shows it, in the test's workspace."""
+    tango, run, config, w, _ = documented_argv(command)
+    assert (tango, run, w) == ("tango", "run", "-w"), command
+    return tango_run(config, workspace, name, *options)
 
 
 DEMO_DIFF = "diff_fine-tuned_vs_zero-shot"
@@ -67,10 +76,19 @@ def metrics(workspace: Path, run: str):
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory):
     workspace = tmp_path_factory.mktemp("e2e") / "workspace"
-    output = tango_run(
-        "configs/piqa_tiny.jsonnet", workspace, "first", *export_to(workspace.parent / "results", [DEMO_DIFF])
+    output = documented_run(
+        "tango run configs/piqa_tiny.jsonnet -w workspace", workspace, "first",
+        *export_to(workspace.parent / "results", [DEMO_DIFF]),
     )
     return workspace, output
+
+
+def test_the_demo_prints_the_readmes_table(first_run):
+    """The README shows the demo's table: its cells are the run's, to every digit shown."""
+    _, output = first_run
+    (shown,) = [block for _, block in code_blocks("", [REPO / "README.md"]) if "piqa-tiny/fine-tuned" in block]
+    printed = table_rows(output)
+    assert table_rows(shown) and all(row in printed for row in table_rows(shown)), (shown, output[-3000:])
 
 
 def test_demo_fine_tuning_beats_zero_shot_and_prints_the_table(first_run):
@@ -121,11 +139,7 @@ def test_demo_compares_fine_tuned_with_zero_shot_and_lists_the_changed_questions
     assert f"- wins (candidate right, baseline wrong): {tuned['wins_acc']}" in (diffs / "diff.md").read_text()
 
 
-DEMO_FLAGS = [
-    "--model", "rc::data/tiny/model", "--task", "piqa", "--data_files", "train=data/tiny/train.jsonl",
-    "validation=data/tiny/validation.jsonl", "--batch_size", "16", "--micro_batch_size", "8", "--train_epochs", "8",
-    "--learning_rate", "1e-3", "--unconditioned",
-]
+DEMO_FLAGS = documented_argv(README_TRAIN)[3:-2]  # the README's command-line example, without its -w
 
 
 def command(module: str, *arguments: str) -> str:
@@ -201,7 +215,8 @@ def test_another_config_reuses_the_fine_tuned_model(first_run):
 def sequential_sweep(tmp_path_factory):
     workspace = tmp_path_factory.mktemp("sweep") / "workspace"
     started = time.perf_counter()
-    tango_run(SWEEP, workspace, "sweep", *export_to(workspace.parent / "results"))
+    documented_run("tango run configs/sweep_tiny.jsonnet -w workspace", workspace, "sweep",
+                   *export_to(workspace.parent / "results"))
     return workspace, time.perf_counter() - started
 
 
@@ -289,3 +304,26 @@ def test_core_suite_zero_and_five_shot_in_one_table_with_macro_averages(tmp_path
     assert "macro-average" in output and " ± " in output
     zero, five = (workspace.step_result_for_run("core", f"predict_tiny_piqa_{k}shot") for k in (0, 5))
     assert [p["logliks"] for p in zero] != [p["logliks"] for p in five]  # the demonstrations are scored with
+
+
+@pytest.mark.full
+def test_the_generation_demo_scores_generation_and_perplexity_before_and_after(tmp_path):
+    workspace = tmp_path / "workspace"
+    documented_run("tango run configs/generation_tiny.jsonnet -w workspace", workspace, "generation",
+                   *export_to(tmp_path / "results"))
+    table = LocalWorkspace(workspace).step_result_for_run("generation", "table")
+    rows = {(row["task"], row["run"]): row for row in table.rows}
+    assert rows["generation", "fine-tuned"]["exact_match"] > rows["generation", "zero-shot"]["exact_match"] + 0.3
+    learnt, before = rows["answered-questions", "fine-tuned"], rows["answered-questions", "zero-shot"]
+    assert learnt["word_perplexity"] < before["word_perplexity"]
+    assert all(rows["tool-texts", run]["bits_per_byte"] > 0 for run in ("zero-shot", "fine-tuned"))
+
+
+@pytest.mark.full
+def test_the_chat_demo_learns_the_assistant_turns_and_prints_the_readmes_table(tmp_path):
+    workspace = tmp_path / "workspace"
+    output = documented_run("tango run configs/chat_tiny.jsonnet -w workspace", workspace, "chat")
+    (shown,) = [block for _, block in code_blocks("", [REPO / "README.md"]) if "exact_match" in block]
+    assert table_rows(shown) and all(row in table_rows(output) for row in table_rows(shown)), output[-3000:]
+    model = LocalWorkspace(workspace).step_result_for_run("chat", "finetune")
+    assert model.training_metrics["val_exact_match"] > 0.9

@@ -1,0 +1,154 @@
+"""The README and the docs site: the README stays short, the site builds with warnings as errors,
+every command the pages show is run by a test (as written there, through ``documented``), every
+config fragment they show names real settings, and the README names every Tango fix."""
+
+import ast
+import inspect
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import rjsonnet
+from tango import Step
+from tango.common import Registrable
+from tango.step_graph import StepGraph
+
+from catwalk_steps.tasks import Task
+
+from .conftest import REPO
+from .documented import PAGES, code_blocks, documented_argv, shell_commands
+
+README_LINES = 250
+# Measurement scripts (minutes each, on the reference's side too): their figures are what they
+# print, with the machine and date, in docs/benchmarks.md; a test does not rerun them.
+MEASUREMENTS = REPO / "docs" / "benchmarks.md"
+SPHINX = "sphinx-build -W -b html docs docs/_build/html"
+
+
+def test_the_readme_is_short():
+    assert len((REPO / "README.md").read_text().splitlines()) <= README_LINES
+
+
+def commands_the_tests_run() -> set:
+    """The commands tests pass to ``documented``, ``documented_argv`` or ``documented_run`` (read from their
+    source: a literal, or a module constant of the tests), and the lines of ``.ci/run``, which runs the README's install and test commands."""
+    run = set()
+    modules = [ast.parse(source.read_text()) for source in (REPO / "tests").glob("*.py")]
+    constants = {target.id: node.value.value for module in modules for node in module.body
+                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                 for target in node.targets if isinstance(target, ast.Name)}
+    for module in modules:
+        for node in ast.walk(module):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("documented", "documented_argv", "documented_run"):
+                argument = node.args[0]
+                if isinstance(argument, ast.Constant) or getattr(argument, "id", None) in constants:
+                    run.add(constants[argument.id] if isinstance(argument, ast.Name) else argument.value)
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    run.update(re.sub(r"\s+", " ", line.split(" #")[0]).strip() for line in ci)
+    return run
+
+
+def test_every_command_the_pages_show_is_run_by_a_test():
+    shown = {command: page for command, page in shell_commands().items() if page != MEASUREMENTS}
+    run = commands_the_tests_run()
+    not_run = {command: page.name for command, page in shown.items() if command not in run}
+    assert not not_run, f"commands the docs show that no test runs: {not_run}"
+
+
+def test_a_command_no_page_shows_is_refused():
+    with pytest.raises(AssertionError, match="no page shows"):
+        documented_argv("tango run configs/nowhere.jsonnet -w workspace")
+
+
+@pytest.mark.full
+def test_the_docs_build_without_warnings(tmp_path):
+    """The documented build (warnings as errors), into a folder of the test's own."""
+    argv = documented_argv(SPHINX, **{"docs/_build/html": str(tmp_path / "html")})
+    done = subprocess.run([sys.executable, "-m", "sphinx", *argv[1:], "-E", "--keep-going"], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert (tmp_path / "html" / "api.html").is_file()
+    api = (tmp_path / "html" / "api.html").read_text()
+    assert "FinetuneStep" in api and "catwalk_steps.steps.predict.PredictStep" in api
+
+
+PRELUDE = 'local lib = import "lib.libsonnet";\nlocal tiny = import "tiny.libsonnet";\nlocal task = { type: "piqa" };\n'
+
+
+def evaluated(fragment: str) -> dict:
+    """A config block as shown: a whole object, or its fields (``name: {...},`` lines), evaluated
+    with ``lib``, ``tiny`` and a ``task`` bound, as the configs here bind them."""
+    body = fragment.strip()
+    if not body.startswith(("{", "local")):
+        body = "{\n" + body + "\n}"
+    return json.loads(rjsonnet.evaluate_snippet("<docs>", PRELUDE + body, jpathdir=[str(REPO / "configs")]))
+
+
+def parameters(registered: type, method) -> set:
+    signature = inspect.signature(method)
+    if any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()) and registered is not Step:
+        return set()  # takes anything: nothing to check
+    return set(signature.parameters) - {"self"}
+
+
+STEP_SETTINGS = parameters(Step, Step.__init__) - {"kwargs"}
+
+
+def unknown_settings(value, where: str):
+    """(where, type, setting) for every setting of a registered catwalk step or task in ``value``
+    that its ``run()`` or constructor does not take."""
+    if isinstance(value, list):
+        for n, item in enumerate(value):
+            yield from unknown_settings(item, f"{where}[{n}]")
+    if not isinstance(value, dict):
+        return
+    kind = value.get("type")
+    for base, method, extra in ((Step, "run", STEP_SETTINGS), (Task, "__init__", set())):
+        if isinstance(kind, str) and kind in Registrable._registry[base]:
+            registered = base.by_name(kind)
+            known = parameters(registered, getattr(registered, method)) | extra
+            if known:
+                yield from ((where, kind, key) for key in value if key != "type" and key not in known)
+    for key, item in value.items():
+        yield from unknown_settings(item, f"{where}.{key}")
+
+
+def test_every_config_the_pages_show_names_real_steps_tasks_and_settings(monkeypatch):
+    monkeypatch.chdir(REPO)  # the configs' data files are relative to the checkout
+    blocks = code_blocks("jsonnet")
+    assert len(blocks) >= 10
+    for page, block in blocks:
+        config = evaluated(block)
+        types = re.findall(r'type: "([^"]+)"', block)
+        for kind in types:
+            assert kind.split("::")[0] in ("catwalk", "torch", "ref") or kind in Registrable._registry[Task], \
+                f"{page.name}: unknown type {kind!r}"
+        assert not list(unknown_settings(config, page.name)), f"{page.name}: {block}"
+        if "steps" in config and block.startswith("local"):  # a whole config: its graph builds, values checked too
+            StepGraph.from_params(config["steps"])
+
+
+def test_a_setting_no_step_takes_is_found():
+    config = evaluated('finetune: { type: "catwalk::finetune", model: "rc::gpt2", tasks: [task], batch_sise: 32 },')
+    assert list(unknown_settings(config, "x")) == [("x.finetune", "catwalk::finetune", "batch_sise")]
+
+
+def test_the_readmes_demo_config_is_the_demo():
+    demo = (REPO / "configs" / "piqa_tiny.jsonnet").read_text()
+    without_comments = "\n".join(line for line in demo.splitlines() if not line.startswith("//")) + "\n"
+    assert without_comments in [block for _, block in code_blocks("jsonnet", [REPO / "README.md"])]
+
+
+def test_the_readme_names_every_tango_fix():
+    fixes = {path.stem for path in (REPO / "catwalk_steps" / "tango_fixes").glob("*.py")} - {"__init__"}
+    readme = (REPO / "README.md").read_text()
+    assert fixes and not {fix for fix in fixes if f"- `{fix}`:" not in readme}
+
+
+def test_every_page_is_in_the_sites_table_of_contents():
+    index = (REPO / "docs" / "index.md").read_text()
+    pages = {page.stem for page in PAGES if page.parent.name == "docs"} - {"index"}
+    assert not {page for page in pages if f"\n{page}\n" not in index}

@@ -50,6 +50,11 @@ def documented_argv(command: str, **values: str) -> List[str]:
     return [values.get(argument, argument) for argument in shlex.split(documented(command))]
 
 
+def shown_outputs(marker: str) -> List[str]:
+    """The output blocks (fenced without a language) of every page that contain ``marker``."""
+    return [block for _, block in code_blocks("") if marker in block]
+
+
 def table_rows(block: str) -> List[List[str]]:
     """The cells of each row of a table printed by Tango's terminal (``│``-separated)."""
     return [[cell.strip() for cell in line.split("│")[1:-1]] for line in block.splitlines() if "│" in line]

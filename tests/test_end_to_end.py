@@ -19,7 +19,7 @@ from tango.workspaces import LocalWorkspace
 from catwalk_steps.list_steps import step_names
 
 from .conftest import REPO, computed_in_this_process
-from .documented import README_TRAIN, code_blocks, documented_argv, table_rows
+from .documented import README_TRAIN, documented_argv, shown_outputs, table_rows
 
 pytestmark = pytest.mark.e2e
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -86,7 +86,7 @@ def first_run(tmp_path_factory):
 def test_the_demo_prints_the_readmes_table(first_run):
     """The README shows the demo's table: its cells are the run's, to every digit shown."""
     _, output = first_run
-    (shown,) = [block for _, block in code_blocks("", [REPO / "README.md"]) if "piqa-tiny/fine-tuned" in block]
+    (shown,) = [block for block in shown_outputs("piqa-tiny/fine-tuned │") if "┃" in block]
     printed = table_rows(output)
     assert table_rows(shown) and all(row in printed for row in table_rows(shown)), (shown, output[-3000:])
 
@@ -136,7 +136,10 @@ def test_demo_compares_fine_tuned_with_zero_shot_and_lists_the_changed_questions
     changed = [json.loads(line) for line in (diffs / "diff.jsonl").open()]
     assert len(changed) == tuned["wins_acc"] + tuned["losses_acc"]
     assert all(c["prompt"].startswith("Question: ") and c["gold"] in c["choices"] for c in changed)
-    assert f"- wins (candidate right, baseline wrong): {tuned['wins_acc']}" in (diffs / "diff.md").read_text()
+    written = (diffs / "diff.md").read_text()
+    assert f"- wins (candidate right, baseline wrong): {tuned['wins_acc']}" in written
+    (shown,) = shown_outputs("# piqa-tiny/fine-tuned vs piqa-tiny/zero-shot")  # docs/comparisons.md's excerpt
+    assert all(line in written.splitlines() for line in shown.splitlines()), (shown, written[:2000])
 
 
 DEMO_FLAGS = documented_argv(README_TRAIN)[3:-2]  # the README's command-line example, without its -w
@@ -293,6 +296,8 @@ CORE_SUITE = {"piqa", "arc_easy", "arc_challenge", "openbookqa", "hellaswag", "c
 @pytest.mark.full
 def test_core_suite_zero_and_five_shot_in_one_table_with_macro_averages(tmp_path):
     output = tango_run("configs/core_tiny.jsonnet", tmp_path / "core", "core")
+    (shown,) = shown_outputs("│ 0-shot │ mmlu")  # docs/configs.md shows part of the table
+    assert all(row in table_rows(output) for row in table_rows(shown)), output[-3000:]
     workspace = LocalWorkspace(tmp_path / "core")
     table = workspace.step_result_for_run("core", "table")
     for shots in ("0-shot", "5-shot"):
@@ -323,7 +328,8 @@ def test_the_generation_demo_scores_generation_and_perplexity_before_and_after(t
 def test_the_chat_demo_learns_the_assistant_turns_and_prints_the_readmes_table(tmp_path):
     workspace = tmp_path / "workspace"
     output = documented_run("tango run configs/chat_tiny.jsonnet -w workspace", workspace, "chat")
-    (shown,) = [block for _, block in code_blocks("", [REPO / "README.md"]) if "exact_match" in block]
-    assert table_rows(shown) and all(row in table_rows(output) for row in table_rows(shown)), output[-3000:]
+    shown = shown_outputs("│ chat │ fine-tuned")
+    assert len(shown) == 2  # the README's and docs/chat.md's
+    assert all(row in table_rows(output) for block in shown for row in table_rows(block)), output[-3000:]
     model = LocalWorkspace(workspace).step_result_for_run("chat", "finetune")
     assert model.training_metrics["val_exact_match"] > 0.9

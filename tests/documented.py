@@ -56,5 +56,12 @@ def shown_outputs(marker: str) -> List[str]:
 
 
 def table_rows(block: str) -> List[List[str]]:
-    """The cells of each row of a table printed by Tango's terminal (``│``-separated)."""
-    return [[cell.strip() for cell in line.split("│")[1:-1]] for line in block.splitlines() if "│" in line]
+    """The cells of each row of a table printed on a terminal (``│``-separated). A table too wide
+    for the terminal is printed in parts ("continued"), each starting with the row's label: a
+    row's later parts are joined to its first."""
+    rows: Dict[str, List[str]] = {}
+    for line in block.splitlines():
+        if "│" in line:
+            label, *cells = [cell.strip() for cell in line.split("│")[1:-1]]
+            rows.setdefault(label, []).extend(cells)
+    return [[label, *cells] for label, cells in rows.items()]

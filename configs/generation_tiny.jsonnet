@@ -1,7 +1,8 @@
 // The generative demo: the tiny GPT-2 fine-tuned to answer the tool questions of
 // data/tiny/generation by generating the tool (cross-entropy on the answer and EOS; the best
 // validation by exact match), scored before and after by greedy generation (exact match, F1)
-// and by perplexity: of the validation questions answered (what it learned) and of other text
+// and by perplexity: of the validation questions answered (the answers are what it learned; the
+// questions it was never trained to predict, so their perplexity may rise) and of other text
 // about the same tools (data/tiny/perplexity). Predictions and table also land in
 // results/generation-tiny. No network needed:
 //   tango run configs/generation_tiny.jsonnet -w workspace

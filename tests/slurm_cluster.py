@@ -16,12 +16,12 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
 PACKAGES = ["slurm-wlm", "munge"]
-DAEMONS = ["munged", "mungekey", "slurmctld", "slurmd", "sbatch"]
+PROGRAMS = ["munged", "mungekey", "slurmctld", "slurmd", "sbatch"]
 
 
 class Unavailable(Exception):
@@ -34,7 +34,8 @@ class Cluster:
 
     folder: Path
     env: Dict[str, str]
-    pids: List[int]
+    pids: List[int] = field(default_factory=list)  # of the daemons started, in that order
+    up: bool = False  # the controller and the node answer: there may be jobs to cancel
 
     def run(self, *command: str, check: bool = True) -> str:
         done = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=60)
@@ -45,7 +46,7 @@ class Cluster:
 
 def install() -> None:
     """apt-get install where a daemon is missing; ``Unavailable`` where that cannot be done."""
-    if all(shutil.which(name) for name in DAEMONS):
+    if all(shutil.which(name) for name in PROGRAMS):
         return
     if os.geteuid() != 0:
         raise Unavailable("Slurm is not installed and installing it needs root")
@@ -90,7 +91,8 @@ def slurm_conf(folder: Path, host: str, cpus: int, memory_mb: int) -> str:
         "JobCompType=jobcomp/none",
         "MpiDefault=none",
         "ReturnToService=2",
-        "KillWait=5",  # seconds between a cancelled job's SIGTERM and SIGKILL (default 30)
+        "KillWait=5",
+        "MinJobAge=3600",  # seconds a finished job stays in squeue, where the tests read its state  # seconds between a cancelled job's SIGTERM and SIGKILL (default 30)
         f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN",
         f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP",
         "",
@@ -104,39 +106,38 @@ def memory_mb() -> int:
     raise Unavailable("no MemTotal in /proc/meminfo")
 
 
-def start(folder: Path) -> Cluster:
-    """Installs where needed and starts munged, slurmctld and slurmd in ``folder``; waits until
-    the node is idle. Stop it with ``stop``, whatever happens (also when this raises)."""
+def start(cluster: Cluster) -> None:
+    """Installs where needed and starts munged, slurmctld and slurmd in the cluster's folder,
+    recording their pids as they start; waits until the node is idle. Stop it with ``stop``,
+    whatever happens (also when this raises)."""
     if os.geteuid() != 0:
         raise Unavailable("the Slurm daemons run as root here (SlurmUser=root) and this is not root")
     install()
+    folder = cluster.folder
     for sub in ("state", "spool"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)  # munged refuses a key or socket in a folder that others may write
     host = socket.gethostname().split(".")[0]
-    conf = folder / "slurm.conf"
-    conf.write_text(slurm_conf(folder, host, os.cpu_count() or 1, memory_mb()))
-    env = {**os.environ, "SLURM_CONF": str(conf)}
-    cluster = Cluster(folder, env, [])
+    Path(cluster.env["SLURM_CONF"]).write_text(slurm_conf(folder, host, os.cpu_count() or 1, memory_mb()))
     key = folder / "munge.key"
     subprocess.run(["mungekey", "--create", f"--keyfile={key}"], check=True, capture_output=True)
     daemons = [
         ["munged", "--force", f"--socket={folder / 'munge.socket'}", f"--key-file={key}",
          f"--pid-file={folder / 'munged.pid'}", f"--log-file={folder / 'munged.log'}",
          f"--seed-file={folder / 'munged.seed'}"],
-        ["slurmctld", "-f", str(conf)],
-        ["slurmd", "-f", str(conf)],
+        ["slurmctld", "-f", cluster.env["SLURM_CONF"]],
+        ["slurmd", "-f", cluster.env["SLURM_CONF"]],
     ]
-    for command in daemons:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
-        pid_file = folder / f"{command[0]}.pid"
-        pid = _wait_for_pid(pid_file)
+    for command in daemons:  # each forks into the background and writes its pid file
+        done = subprocess.run(command, env=cluster.env, capture_output=True, text=True, timeout=60)
+        pid = _wait_for_pid(folder / f"{command[0]}.pid")
         if pid is not None:
             cluster.pids.append(pid)
         if done.returncode != 0 or pid is None:
-            raise RuntimeError(f"{command[0]} did not start: {done.stdout}{done.stderr}{_tail(folder / f'{command[0]}.log')}")
+            log = _tail(folder / f"{command[0]}.log")
+            raise RuntimeError(f"{command[0]} did not start: {done.stdout}{done.stderr}{log}")
     _wait_until_idle(cluster)
-    return cluster
+    cluster.up = True
 
 
 def _wait_for_pid(pid_file: Path, timeout: float = 20) -> Optional[int]:
@@ -164,10 +165,11 @@ def _tail(log: Path) -> str:
 
 def stop(cluster: Cluster, timeout: float = 30) -> None:
     """Cancels every job (all are the tests') and stops the daemons started here."""
-    cluster.run("scancel", "--full", "--user=root", check=False)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and cluster.run("squeue", "-h", check=False).strip():
-        time.sleep(0.5)
+    if cluster.up:
+        cluster.run("scancel", "--full", "--user=root", check=False)
+        while time.monotonic() < deadline and cluster.run("squeue", "-h", check=False).strip():
+            time.sleep(0.5)
     for pid in reversed(cluster.pids):
         try:
             os.kill(pid, signal.SIGTERM)
@@ -186,9 +188,10 @@ def _alive(pid: int) -> bool:
 
 
 def running(folder: Path) -> Iterator[Cluster]:
-    """A generator for a fixture: the cluster, then stopped."""
-    cluster = start(folder)
+    """A generator for a fixture: the cluster, then stopped (also after a failed start)."""
+    cluster = Cluster(folder, {**os.environ, "SLURM_CONF": str(folder / "slurm.conf")})
     try:
+        start(cluster)
         yield cluster
     finally:
         stop(cluster)

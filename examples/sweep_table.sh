@@ -11,7 +11,7 @@ config=${1:?$usage} workspace=${2:?$usage}
 missing=$(python -m catwalk_steps.list_steps "$config" --type catwalk::calculate_metrics --uncached-in "$workspace")
 if [ -n "$missing" ]; then
   echo "sweep_table.sh: no table: these metrics steps are not in $workspace's cache (their jobs' logs say why):" >&2
-  echo "$missing" | sed 's/^/  /' >&2
+  echo "  ${missing//$'\n'/$'\n'  }" >&2
   echo "Submit the sweep again to compute them and the table: examples/slurm_sweep.sh $config $workspace" >&2
   exit 1
 fi

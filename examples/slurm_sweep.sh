@@ -2,9 +2,10 @@
 # Submits a sweep to Slurm in stages, as jobs sharing one Tango workspace on a filesystem every
 # node sees (docs/sweeps.md):
 #   1. each fine-tuning step its own job (slurm_finetune.sh: `nodes: N` runs on N nodes);
-#   2. each metrics step its own job (`tango run -s STEP`: its predictions and metrics), started
-#      as soon as the fine-tunings it needs have succeeded, and cancelled by Slurm if one of them
-#      failed or was cancelled (--kill-on-invalid-dep), instead of pending forever;
+#   2. the evaluations of each fine-tuned model one job (`tango run -s METRICS_STEP ...`: their
+#      predictions and metrics), started as soon as its fine-tuning has succeeded, and cancelled
+#      by Slurm if it failed or was cancelled (--kill-on-invalid-dep) instead of pending forever;
+#      the evaluations of the stock models one job, started at once;
 #   3. the table job, once every other job has ended, however it ended (afterany, a dependency
 #      that cannot go unsatisfied): sweep_table.sh makes the table, or fails naming the missing steps.
 # Running the same command again finishes the sweep, whatever happened before: it cancels this
@@ -15,8 +16,9 @@
 # every job through sbatch's own environment variables (e.g. SBATCH_PARTITION=gpu
 # SBATCH_TIMELIMIT=2:00:00); per stage, sbatch options in SWEEP_FINETUNE_OPTIONS,
 # SWEEP_EVAL_OPTIONS and SWEEP_TABLE_OPTIONS (e.g. SWEEP_FINETUNE_OPTIONS="--gres=gpu:8
-# --cpus-per-task=32"). Logs go to SWEEP_LOGS (default WORKSPACE/slurm-logs), one file per job,
-# STEP-JOBID.out, which a requeued job appends to.
+# --cpus-per-task=32"). Logs go to SWEEP_LOGS (default WORKSPACE/slurm-logs), one file per job
+# (FINETUNE_STEP-JOBID.out, evaluate-FINETUNE_STEP-JOBID.out, evaluate-stock-JOBID.out,
+# table-JOBID.out), which a requeued job appends to.
 set -euo pipefail
 usage="usage: slurm_sweep.sh CONFIG WORKSPACE"
 config=${1:?$usage} workspace=${2:?$usage}

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Submits a multi-node fine-tuning step (catwalk::finetune with `nodes: N`) as one Slurm job of N
-# nodes, one srun task per node (finetune_node.sh): node 0 runs the step with `tango run -s STEP`,
-# every other node joins it with `python -m catwalk_steps.join`. Afterwards the step is in the
-# workspace's cache, and any config that uses it reads it from there.
-#   examples/slurm_finetune.sh CONFIG STEP WORKSPACE
+# Submits a fine-tuning step (catwalk::finetune, `nodes: N`) as one Slurm job of N nodes, one srun
+# task per node (finetune_node.sh): node 0 runs the step with `tango run -s STEP`, every other node
+# joins it with `python -m catwalk_steps.join`. Afterwards the step is in the workspace's cache,
+# and any config that uses it reads it from there. Prints the job's id (slurm_sweep.sh makes the
+# step's evaluations wait for it).
+#   examples/slurm_finetune.sh CONFIG STEP WORKSPACE [SBATCH_OPTION...]
 # Run it from the repository root, in the activated environment (sbatch passes it on), with
 # WORKSPACE on a filesystem every node sees. GPUs per node, partition and time limit through
-# sbatch's own environment variables, e.g. SBATCH_GRES=gpu:8 SBATCH_PARTITION=gpu
-# SBATCH_TIMELIMIT=12:00:00. The step's `device_count` is per node; `max_restarts` lets torch's
-# elastic agents restart the workers after a failure; a resubmitted job resumes from the last
-# checkpoint.
+# sbatch's own environment variables (e.g. SBATCH_GRES=gpu:8 SBATCH_PARTITION=gpu
+# SBATCH_TIMELIMIT=12:00:00) or options after WORKSPACE, which go to sbatch as they are. The
+# step's `device_count` is per node; `max_restarts` lets torch's elastic agents restart the
+# workers after a failure; a resubmitted job resumes from the last checkpoint.
 set -euo pipefail
-config=${1:?usage: slurm_finetune.sh CONFIG STEP WORKSPACE} step=${2:?STEP} workspace=${3:?WORKSPACE}
+usage="usage: slurm_finetune.sh CONFIG STEP WORKSPACE [SBATCH_OPTION...]"
+config=${1:?$usage} step=${2:?$usage} workspace=${3:?$usage}
+shift 3
 nodes=$(python - "$config" "$step" <<'PY'
 import sys
 from tango.common import Params
@@ -22,5 +25,6 @@ print(steps[sys.argv[2]].get("nodes", 1))
 PY
 )
 node_command=$(printf '%q ' srun --ntasks-per-node=1 examples/finetune_node.sh "$config" "$step" "$workspace")
-job=$(sbatch --parsable --job-name="finetune-$step" --nodes="$nodes" --ntasks-per-node=1 --wrap "$node_command")
-echo "Submitted $step on $nodes node(s) (job $job)"
+job=$(sbatch --parsable --job-name="finetune-$step" --nodes="$nodes" --ntasks-per-node=1 "$@" --wrap "$node_command")
+echo "Submitted $step on $nodes node(s) (job $job)" >&2
+echo "$job"

@@ -103,6 +103,19 @@ def workers_forked_from_a_preloaded_server(tango_logging):
 
 
 @pytest.fixture(scope="session")
+def sequential_sweep(tmp_path_factory) -> Path:
+    """The workspace of one `tango run` of the tiny sweep (run "sweep"; its files exported beside
+    it, in ``results``), at one thread: the Slurm sweep's jobs run at one thread each, and torch sums
+    in another order at another thread count."""
+    from .tango_runs import documented_run, export_to
+
+    workspace = tmp_path_factory.mktemp("sweep") / "workspace"
+    documented_run("tango run configs/sweep_tiny.jsonnet -w workspace", workspace, "sweep",
+                   *export_to(workspace.parent / "results"), env={"OMP_NUM_THREADS": "1"})
+    return workspace
+
+
+@pytest.fixture(scope="session")
 def mistral_tokenizer_path(tmp_path_factory) -> Path:
     """Mistral-7B v0.1's BOS-adding tokenizer (built offline from the ``mistral-common`` wheel:
     tests/tiny_models.py)."""

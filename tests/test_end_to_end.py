@@ -4,67 +4,20 @@ is exercised by tests/test_reliability.py's signal tests)."""
 
 import json
 import os
-import re
 import subprocess
 import sys
-import time
-from collections import Counter
 from pathlib import Path
-from typing import List, Sequence
 
 import pytest
 from tango.step_graph import StepGraph
 from tango.workspaces import LocalWorkspace
 
-from catwalk_steps.list_steps import step_names
-
 from .conftest import REPO, computed_in_this_process
 from .documented import README_TRAIN, documented_argv, shown_outputs, table_rows
+from .tango_runs import OFFLINE, documented_run, export_to, started_steps, tango_run
 
 pytestmark = pytest.mark.e2e
-OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-TANGO = str(Path(sys.executable).with_name("tango"))
-SWEEP = "configs/sweep_tiny.jsonnet"
-
-
-def tango_run(config: str, workspace: Path, name: str, *options: str) -> str:
-    """``tango run CONFIG -w WORKSPACE`` (the docs' form: ``documented_run``) under a run name."""
-    started = time.perf_counter()
-    done = subprocess.run(
-        [TANGO, "run", config, "-w", str(workspace), "--name", name, *options],
-        cwd=REPO,
-        env={**os.environ, **OFFLINE, "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    print(f"tango run {config} ({name}): {time.perf_counter() - started:.1f} s")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout + done.stderr
-
-
-def documented_run(command: str, workspace: Path, name: str, *options: str) -> str:
-    """A ``tango run CONFIG -w workspace`` command as a page shows it, in the test's workspace."""
-    tango, run, config, w, _ = documented_argv(command)
-    assert (tango, run, w) == ("tango", "run", "-w"), command
-    return tango_run(config, workspace, name, *options)
-
-
 DEMO_DIFF = "diff_fine-tuned_vs_zero-shot"
-
-
-def export_to(directory: Path, diffs: Sequence[str] = ()) -> List[str]:
-    """Options that send catwalk::export_predictions's files (and those of the ``diffs``,
-    catwalk::export_diff steps) to ``directory``, not the repository."""
-    overrides = {"steps.export.output_dir": str(directory)}
-    overrides.update({f"steps.{diff}.output_dir": str(directory / "diffs" / diff) for diff in diffs})
-    return ["-o", json.dumps(overrides)]
-
-
-def started_steps(output: str) -> List[str]:
-    return re.findall(r'Starting step "([^"]+)"', output)
-
-
 CALIBRATION = ("ece", "brier")
 
 
@@ -214,18 +167,9 @@ def test_another_config_reuses_the_fine_tuned_model(first_run):
     assert {k: shared[k] for k in expected} == expected and "acc" in expected
 
 
-@pytest.fixture(scope="module")
-def sequential_sweep(tmp_path_factory):
-    workspace = tmp_path_factory.mktemp("sweep") / "workspace"
-    started = time.perf_counter()
-    documented_run("tango run configs/sweep_tiny.jsonnet -w workspace", workspace, "sweep",
-                   *export_to(workspace.parent / "results"))
-    return workspace, time.perf_counter() - started
-
-
 @pytest.mark.full
 def test_offline_sweep_fills_every_cell_of_its_table_and_charts_it(sequential_sweep):
-    workspace, _ = sequential_sweep
+    workspace = sequential_sweep
     table = LocalWorkspace(workspace).step_result_for_run("sweep", "table")
     keys = ["task", "model", "finetuned_on", "seed", "lr"]
     accuracies = ["acc", "acc_norm", "acc_per_token", "acc_uncond"]
@@ -246,47 +190,6 @@ def test_offline_sweep_fills_every_cell_of_its_table_and_charts_it(sequential_sw
     exported = workspace.parent / "results"
     assert len(list((exported / "predictions").glob("*.jsonl"))) == len(table.rows) == 12
     assert (exported / "acc.png").read_bytes().startswith(b"\x89PNG")
-
-
-@pytest.mark.full
-def test_four_concurrent_processes_compute_every_step_once(sequential_sweep, tmp_path):
-    """Four tasks of examples/sweep_task.sh (a Slurm job array's, on one machine here) share
-    one workspace, each computing every 4th metrics step and what it needs; then the table."""
-    reference, sequential_seconds = sequential_sweep
-    steps_file = tmp_path / "steps.txt"
-    steps_file.write_text("\n".join(step_names(SWEEP, "catwalk::calculate_metrics")) + "\n")
-    workspace = tmp_path / "workspace"
-    env = {**os.environ, **OFFLINE, "PATH": f"{Path(TANGO).parent}:{os.environ['PATH']}"}  # tango of this venv
-    started = time.perf_counter()
-    tasks = [
-        subprocess.Popen(
-            ["examples/sweep_task.sh", SWEEP, str(workspace), str(steps_file)], cwd=REPO, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            # One thread each: 4 processes stand in for 4 machines on 2 cores, and torch's threads
-            # spin when oversubscribed (default threads: 5x slower than one sequential run).
-            env={**env, "SLURM_ARRAY_TASK_ID": str(task), "SLURM_ARRAY_TASK_COUNT": "4", "OMP_NUM_THREADS": "1"},
-        )
-        for task in range(4)
-    ]
-    outputs = [task.communicate(timeout=600)[0] for task in tasks]
-    assert [task.returncode for task in tasks] == [0] * 4, [output[-2000:] for output in outputs]
-    outputs.append(tango_run(SWEEP, workspace, "table", *export_to(tmp_path / "results")))
-    seconds = time.perf_counter() - started
-    print(f"4 concurrent tasks, then the table: {seconds:.1f} s; one sequential run: {sequential_seconds:.1f} s")
-
-    counts = Counter(name for output in outputs for name in started_steps(output))
-    every_step = set(LocalWorkspace(reference).registered_run("sweep").steps)
-    assert set(counts) == every_step and set(counts.values()) == {1}, counts
-    table = LocalWorkspace(workspace).step_result_for_run("table", "table")
-    expected = LocalWorkspace(reference).step_result_for_run("sweep", "table")
-    assert table.columns == expected.columns and len(table.rows) == len(expected.rows)
-    for row, other in zip(table.rows, expected.rows):
-        # The tasks ran at one thread, the reference at two: torch sums in another order, in
-        # training too, which moves weights and log-likelihoods by ~1e-5 (measured: ece and brier
-        # by 5e-6), and decisions not at all.
-        assert {k: v for k, v in row.items() if k not in CALIBRATION} == {
-            k: v for k, v in other.items() if k not in CALIBRATION}
-        assert [row[k] for k in CALIBRATION] == pytest.approx([other[k] for k in CALIBRATION], abs=1e-4)
 
 
 CORE_SUITE = {"piqa", "arc_easy", "arc_challenge", "openbookqa", "hellaswag", "copa", "boolq", "sciq", "winogrande",

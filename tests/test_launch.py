@@ -95,11 +95,11 @@ def test_slurm_submission_asks_for_the_steps_nodes(tmp_path):
     stand_in.write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/args"\necho 42\n')
     stand_in.chmod(0o755)
     env = {**ENV, "PATH": f"{stand_in.parent}:{Path(sys.executable).parent}:{ENV['PATH']}"}  # this venv's python
-    submitted = subprocess.run(["examples/slurm_finetune.sh", str(config), "finetune", str(tmp_path / "ws")],
-                               cwd=REPO, env=env, capture_output=True, text=True, check=True)
-    assert "Submitted finetune on 3 node(s) (job 42)" in submitted.stdout
+    submitted = subprocess.run(["examples/slurm_finetune.sh", str(config), "finetune", str(tmp_path / "ws"),
+                                "--gres=gpu:8"], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    assert submitted.stdout == "42\n" and "Submitted finetune on 3 node(s) (job 42)" in submitted.stderr
     args = (stand_in.parent / "args").read_text()
-    assert "--nodes=3 --ntasks-per-node=1" in args and "examples/finetune_node.sh" in args
+    assert "--nodes=3 --ntasks-per-node=1 --gres=gpu:8" in args and "examples/finetune_node.sh" in args
 
 
 def test_joining_without_node_0_fails_naming_the_timeout(tmp_path, capsys):

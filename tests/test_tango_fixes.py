@@ -11,6 +11,7 @@ from tango.step_info import EnvironmentMetadata
 import catwalk_steps  # noqa: F401  (applies the patch)
 
 from .conftest import TINY, TINY_MODEL
+from .tango_runs import TANGO
 
 
 def test_step_metadata_survives_a_repository_without_commit_or_origin(tmp_path, monkeypatch):
@@ -137,7 +138,7 @@ def test_a_bad_setting_and_a_bad_row_print_two_lines(tmp_path, case):
     task = json.dumps({"type": "generation", "data_files": {"validation": str(rows)}})
     config, expected = ONE_LINE_CASES[case]
     (tmp_path / "bad.jsonnet").write_text(config % dict(model=TINY_MODEL, task=task))
-    done = subprocess.run(["tango", "run", "bad.jsonnet", "-w", "ws", "-i", "catwalk_steps"], cwd=tmp_path,
+    done = subprocess.run([TANGO, "run", "bad.jsonnet", "-w", "ws", "-i", "catwalk_steps"], cwd=tmp_path,
                           capture_output=True, text=True)
     output = done.stdout + done.stderr
     assert done.returncode != 0 and "Traceback" not in output, output

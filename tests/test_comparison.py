@@ -223,6 +223,37 @@ def test_table_compares_every_row_with_the_baseline_of_its_task_and_spreads_seed
     assert "delta_acc_ci_low" in table.to_csv().splitlines()[0]
 
 
+def generation_records(scores):
+    """Generation records of a task with two filters, its scores in the task's order (lm-eval
+    lists GSM8K's ``strict-match`` before ``flexible-extract``)."""
+    return [
+        {"id": f"validation/{n}", "kind": "generate_until", "generation": "4", "references": ["4"], "margin": 1.0,
+         "scores": {"exact_match/strict-match": strict, "exact_match/flexible-extract": flexible}}
+        for n, (strict, flexible) in enumerate(scores)
+    ]
+
+
+def test_a_tables_delta_and_a_diff_show_the_same_metric(tmp_path):
+    """Both show the request kind's ``headline_metric``: the table's Δ showed the first metric by
+    name (``flexible-extract``) while the diff listed ``strict-match``."""
+    from catwalk_steps.reports.generation import score_averages  # not metrics_of: torchmetrics is slow to import
+    from catwalk_steps.steps.metrics import MetricsTableFormat
+
+    runs = {"zero": generation_records([(0, 0), (0, 0), (0, 1), (1, 1)] * 4),
+            "tuned": generation_records([(1, 1), (1, 0), (0, 1), (1, 1)] * 4)}
+    table = TabulateMetricsStep(metrics={}).run(
+        metrics={name: score_averages(r) for name, r in runs.items()}, baseline="zero", predictions=runs)
+    assert table.compared_metric() == "exact_match/strict-match"
+    assert "Δ exact_match/strict-match [95% CI]" in table.to_markdown()
+    assert table.caption.startswith("Δ exact_match/strict-match:")
+    (tmp_path / "table").mkdir()
+    MetricsTableFormat().write(table, tmp_path / "table")  # as cached
+    assert MetricsTableFormat().read(tmp_path / "table").compared_metric() == "exact_match/strict-match"
+    ExportDiffStep(output_dir=str(tmp_path), baseline=runs["zero"], candidate=runs["tuned"]).run(
+        output_dir=str(tmp_path), baseline=runs["zero"], candidate=runs["tuned"])
+    assert "(exact_match/strict-match, 16 instances)" in (tmp_path / "diff.md").read_text()
+
+
 def test_diff_lists_the_changed_instances_with_prompts(tiny_task, tmp_path):
     instances = tiny_task.instances("validation", 8)
     ids = [i.id for i in instances]

@@ -63,6 +63,8 @@ def test_compare_and_a_table_with_a_baseline_take_every_kind(predicted, kind):
     (small,) = [row for row in table.rows if row["run"] == "small"]
     assert f"delta_{metric}" in small and 0 <= small[f"p_{metric}"] <= 1
     assert expected_test in table.caption or f"delta_{metric}" not in table.display_columns()
+    # The Δ shown is the metric a diff lists by default (documents have none: no 0/1 metric).
+    assert table.compared_metric() == (None if kind == "documents" else metric)
 
 
 def with_changes(kind: str, metric: str, records):

@@ -87,9 +87,11 @@ class RequestKind:
         """Every per-instance metric of ``records``, by name: what comparisons and diffs pair."""
         raise NotImplementedError
 
-    def diff_metric(self, records: Sequence[Mapping[str, Any]]) -> str:
-        """The 0/1 metric a diff of ``records`` lists the changes of when none is named."""
-        raise ValueError(f"{self.name} predictions have no per-instance 0/1 metric to diff")
+    def headline_metric(self, records: Sequence[Mapping[str, Any]]) -> Optional[str]:
+        """The per-instance 0/1 metric of ``records`` that a table's ``Δ`` column shows and a diff
+        lists the changes of, when none is named: one rule for both, so that a diff written
+        beside a table speaks of the table's metric. ``None`` where the kind has none."""
+        return None
 
     def gold_margins(self, records: Sequence[Mapping[str, Any]], metric: str) -> Optional[np.ndarray]:
         """Per instance, how far the gold answer is ahead under ``metric`` (negative: behind), for

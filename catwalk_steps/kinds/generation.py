@@ -3,7 +3,7 @@
 the task's scores, and from those each score's mean (:mod:`..reports.generation`) and, per
 instance, every numeric score."""
 
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -76,12 +76,12 @@ class Generation(RequestKind):
             if all(isinstance(r["scores"][name], (int, float)) for r in records)
         }
 
-    def diff_metric(self, records: Sequence[Mapping[str, Any]]) -> str:
-        """``exact_match``, else the task's first 0/1 score (``exact_match/strict-match``)."""
+    def headline_metric(self, records: Sequence[Mapping[str, Any]]) -> Optional[str]:
+        """``exact_match``, else the task's first 0/1 score in the task's order
+        (``exact_match/strict-match`` before ``exact_match/flexible-extract``, as lm-evaluation-harness
+        lists GSM8K's filters), else none."""
         binary = [name for name in self.values(records) if metric_kind(name) == BINARY]
-        if not binary:
-            return super().diff_metric(records)  # raises: nothing to diff
-        return "exact_match" if "exact_match" in binary else binary[0]
+        return "exact_match" if "exact_match" in binary else next(iter(binary), None)
 
     def instance_text(self, instance: GenerationInstance) -> Record:
         return {"prompt": instance.prompt, "gold": (list(instance.references) or [None])[0]}

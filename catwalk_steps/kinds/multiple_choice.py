@@ -99,7 +99,7 @@ class MultipleChoice(RequestKind):
         values["gold_loglik"] = np.array([r["logliks"][r["label"]] for r in records], dtype=np.float64)
         return values
 
-    def diff_metric(self, records: Sequence[Mapping[str, Any]]) -> str:
+    def headline_metric(self, records: Sequence[Mapping[str, Any]]) -> str:
         return "acc"
 
     def gold_margins(self, records: Sequence[Mapping[str, Any]], metric: str) -> np.ndarray:

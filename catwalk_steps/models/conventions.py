@@ -40,6 +40,10 @@ LM_EVAL_CONVENTIONS = "lm-eval 0.4.13"
 #: ``window - 1`` tokens and the EOS, as lm-evaluation-harness's seq2seq scoring cuts it (until
 #: 2026-12-06 the continuation's length took from it, and cache keys held nothing of this).
 SEQ2SEQ_WINDOW = "context cut to the window with its EOS"
+#: How a BOS-adding tokenizer's whitespace-only context is encoded (:meth:`TokenConventions.pair`):
+#: the prefix token alone, as lm-evaluation-harness encodes it (until 2026-12-06 the BOS was scored
+#: as the continuation's first token, and cache keys held nothing of this).
+WHITESPACE_CONTEXT = "a whitespace-only context is the prefix token alone"
 #: What stands for an answer's first word after a chat-trained model's prompt (:meth:`TokenConventions.prompt`).
 NEXT_WORD = "a"
 #: A text whose encoding shows whether special tokens are added.
@@ -165,12 +169,15 @@ def common_prefix(ids: Sequence[int], other: Sequence[int]) -> int:
 def conventions_key(adds_special_tokens: bool, encoder_decoder: bool = False) -> Optional[Dict[str, Any]]:
     """What a cache key holds of a model's conventions: nothing where they encode as before they
     existed (GPT-2, any tokenizer without special tokens), so that those keys do not change; else
-    the conventions' name, so that a result computed without the special tokens is never reused;
-    for an encoder-decoder, how its context is cut (:data:`SEQ2SEQ_WINDOW`), so that a result
-    whose contexts were cut the earlier way is never reused."""
+    the conventions' name and how a whitespace-only context is encoded (:data:`WHITESPACE_CONTEXT`),
+    so that a result computed without the special tokens, or with that context's BOS scored, is
+    never reused; for an encoder-decoder, how its context is cut (:data:`SEQ2SEQ_WINDOW`), so that
+    a result whose contexts were cut the earlier way is never reused."""
     if encoder_decoder:
         return {"encoder_window": SEQ2SEQ_WINDOW}
-    return {"special_tokens": LM_EVAL_CONVENTIONS} if adds_special_tokens else None
+    if not adds_special_tokens:
+        return None
+    return {"special_tokens": LM_EVAL_CONVENTIONS, "whitespace_context": WHITESPACE_CONTEXT}
 
 
 def encoder_decoder_on_disk(file: Callable[[str, str], Optional[Path]]) -> Optional[bool]:

@@ -116,7 +116,8 @@ def add_comparisons(
         if any(column in row for row in rows)
     ]
     compared_table = MetricsTable(table.columns + new_columns, rows)
-    caption = _caption(baseline, compared_table.compared_metric() or metrics[0], metrics, len(compared), seed, replicates)
+    shown = compared_table.compared_metric() or metrics[0]
+    caption = _caption(baseline, shown, metrics, len(compared), seed, replicates)
     compared_table.caption = "\n".join(filter(None, [table.caption, caption]))
     return compared_table
 

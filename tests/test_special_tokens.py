@@ -205,5 +205,6 @@ def test_the_key_reads_the_files_as_the_tokenizer_encodes(mistral_llama, chat_ll
         else:
             assert found is spec.conventions().adds_special_tokens(), model
     assert [ModelSpec.parse(m).conventions_key() is not None for m in models] == [False, True, True, True, True, False]
-    assert ModelSpec.parse(models[4]).conventions_key() == {"encoder_window": "context cut to the window with its EOS"}
+    assert ModelSpec.parse(models[4]).conventions_key() == {
+        "encoder_decoder": "lm-eval 0.4.13 seq2seq: context with its special tokens cut to the window, continuation apart"}
     assert adds_special_tokens_on_disk(ModelSpec.parse("rc::no-such/model").file_here) is None

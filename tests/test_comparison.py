@@ -46,7 +46,7 @@ def test_mcnemar_is_scipys_binomial_test_on_the_discordant_pairs(wins, losses, t
 
 def test_no_discordant_pairs_is_p_one_and_a_zero_interval():
     same = np.array([1, 0, 1, 1, 0])
-    c = compare_values("acc", same, same)
+    c = compare_values("acc", same, same, binary=True)
     assert (c.p_value, c.wins, c.losses, c.delta, c.ci_low, c.ci_high) == (1.0, 0, 0, 0.0, 0.0, 0.0)
     assert permutation_p_value(np.zeros(10)) == 1.0
 
@@ -114,6 +114,29 @@ def test_every_per_instance_metric_is_compared_with_its_kind():
     assert metrics["f1"]["test"] == "paired permutation" and metrics["f1"]["delta"] == pytest.approx(0.1)
 
 
+def test_a_kind_says_which_of_its_metrics_are_0_1_and_so_which_test_each_gets():
+    """A new request kind is one class: its own 0/1 metric gets the exact McNemar test without a
+    name table in the reports to extend (a metric named in no such table was continuous)."""
+    from catwalk_steps.kinds import RequestKind
+
+    class Hits(RequestKind):
+        name = "hits"
+
+        def values(self, records):
+            return {name: np.array([r[name] for r in records], dtype=np.float64) for name in ("hit", "score")}
+
+        def binary(self, metric):
+            return metric == "hit"
+
+    baseline = [{"id": n, "hit": hit, "score": hit / 2} for n, hit in enumerate([0, 1, 0, 0, 1, 0])]
+    candidate = [{"id": n, "hit": hit, "score": hit / 3} for n, hit in enumerate([1, 1, 1, 0, 1, 1])]
+    metrics = compare_predictions(Hits(), baseline, candidate)["metrics"]
+    assert metrics["hit"]["test"] == "exact McNemar" and (metrics["hit"]["wins"], metrics["hit"]["losses"]) == (3, 0)
+    assert metrics["score"]["test"] == "paired permutation" and "wins" not in metrics["score"]
+    assert [Generation().binary(m) for m in ("exact_match", "exact_match/strict-match", "f1", "bleu")] == \
+        [True, True, False, False]
+
+
 @pytest.mark.parametrize(
     "candidate, message",
     [
@@ -136,7 +159,7 @@ def test_a_different_gold_label_is_refused():
 
 def test_a_binary_metric_with_other_values_is_refused():
     with pytest.raises(ValueError, match="0/1 metric"):
-        compare_values("acc", [0, 1, 0.5], [1, 1, 1])
+        compare_values("acc", [0, 1, 0.5], [1, 1, 1], binary=True)
 
 
 def predict(task, **settings):

@@ -182,7 +182,10 @@ def test_a_new_kind_is_one_class_that_every_judging_step_asks():
             return {"mean_count": sum(r["count"] for r in records) / len(records), "count": len(records)}
 
         def values(self, records):
-            return {"loglik": np.array([r["count"] for r in records], dtype=np.float64)}
+            return {"count": np.array([r["count"] for r in records], dtype=np.float64)}
+
+        def binary(self, metric):
+            return False  # a count: the paired permutation test
 
     register(Counts())
     try:
@@ -190,7 +193,8 @@ def test_a_new_kind_is_one_class_that_every_judging_step_asks():
         candidate = [{"id": str(n), "count": n + 1, "kind": "count"} for n in range(8)]
         assert CalculateMetricsStep(predictions=baseline).run(predictions=baseline)["mean_count"] == 3.5
         compared = CompareStep(baseline=baseline, candidate=candidate).run(baseline=baseline, candidate=candidate)
-        assert compared["metrics"]["loglik"]["delta"] == 1.0
+        assert compared["metrics"]["count"]["delta"] == 1.0
+        assert compared["metrics"]["count"]["test"] == "paired permutation"
         assert list(readable_predictions(candidate)) == candidate
     finally:
         del KINDS["count"]

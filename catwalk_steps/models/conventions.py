@@ -42,9 +42,9 @@ if TYPE_CHECKING:
 LM_EVAL_CONVENTIONS = "lm-eval 0.4.13"
 #: How an encoder-decoder's text is encoded and meets the window (:func:`.scoring.model_input`):
 #: as lm-evaluation-harness's seq2seq path, its context's encoding (special tokens included) cut to
-#: its last ``window`` tokens, the continuation encoded apart (until 2026-12-06 the continuation's
-#: length took from the context's room; until 2026-12-07 the context was encoded without special
-#: tokens and an EOS appended, the continuation split from the whole pair's encoding).
+#: its last ``window`` tokens, the continuation encoded apart (until 2026-12-06 the context was
+#: encoded without special tokens and an EOS appended, the continuation split from the whole
+#: pair's encoding, and, before that, the continuation's length took from the context's room).
 SEQ2SEQ_ENCODING = "lm-eval 0.4.13 seq2seq: context with its special tokens cut to the window, continuation apart"
 #: How a BOS-adding tokenizer's whitespace-only context is encoded (:meth:`TokenConventions.pair`):
 #: the prefix token alone, as lm-evaluation-harness encodes it (until 2026-12-06 the BOS was scored

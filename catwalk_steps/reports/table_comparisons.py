@@ -8,12 +8,12 @@ seed when the baseline has several seeds (else with its one row), and a setting'
 the mean of its seeds' differences and their standard deviation: a difference within the seed
 spread is flagged as such."""
 
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Set
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 from tango.common.exceptions import ConfigurationError
 
-from .comparison import METRIC_KINDS, RESAMPLES, TESTS, holm, metric_kind
+from .comparison import RESAMPLES, holm
 from .pairing import PerInstance, compare_predictions
 from .replicates import MEAN_OVER_SEEDS
 from .tables import MetricsTable, delta_column, p_column
@@ -72,7 +72,7 @@ def add_comparisons(
         return baseline_label(row, key_columns, replicates) == baseline
 
     compared: List[Dict[str, Any]] = []
-    compared_metrics: Set[str] = set()
+    tests: Dict[str, str] = {}  # each compared metric's test
     headlines: List[str] = []  # the rows' kinds' headline metrics, in row order, once each
     for row in rows:
         if name(row) not in predictions or is_baseline(row):
@@ -80,7 +80,7 @@ def add_comparisons(
         base = _baseline_row(row, [r for r in rows if is_baseline(r) and name(r) in predictions], replicates)
         kind = kind_of(predictions[name(row)])
         result = compare_predictions(kind, predictions[name(base)], predictions[name(row)], seed=seed)
-        compared_metrics.update(result["metrics"])
+        tests.update((metric, c["test"]) for metric, c in result["metrics"].items())
         headline = kind.headline_metric(predictions[name(row)])
         if headline in result["metrics"] and headline not in headlines:
             headlines.append(headline)
@@ -96,8 +96,7 @@ def add_comparisons(
         raise ConfigurationError(f"No row of the table but the baseline {baseline!r} has predictions to compare")
     # The kinds' headline metrics first: their delta columns come first, and the table's Δ shows
     # the first (MetricsTable.compared_metric), the metric a diff lists by default.
-    others = [m for m in METRIC_KINDS if m in compared_metrics] + sorted(compared_metrics - set(METRIC_KINDS))
-    metrics = headlines + [m for m in others if m not in headlines]
+    metrics = headlines + sorted(set(tests) - set(headlines))
     for metric in metrics:
         family = [row for row in compared if p_column(metric, corrected=False) in row]
         for row, p in zip(family, holm([row[p_column(metric, corrected=False)] for row in family])):
@@ -117,7 +116,7 @@ def add_comparisons(
     ]
     compared_table = MetricsTable(table.columns + new_columns, rows)
     shown = compared_table.compared_metric() or metrics[0]
-    caption = _caption(baseline, shown, metrics, len(compared), seed, replicates)
+    caption = _caption(baseline, shown, tests[shown], metrics, len(compared), seed, replicates)
     compared_table.caption = "\n".join(filter(None, [table.caption, caption]))
     return compared_table
 
@@ -151,13 +150,13 @@ def _add_seed_deltas(rows: List[Dict[str, Any]], key_columns: List[str], replica
 
 
 def _caption(
-    baseline: str, shown: str, metrics: List[str], count: int, seed: int, replicates: Optional[str]
+    baseline: str, shown: str, test: str, metrics: List[str], count: int, seed: int, replicates: Optional[str]
 ) -> str:
     others = [m for m in metrics if m != shown]
     lines = [
         f"Δ {shown}: each row minus the baseline {baseline!r}, paired on the same instances;",
         f"95% CI: paired bootstrap ({RESAMPLES:,} resamples of the instances, seed {seed});",
-        f"p: two-sided {TESTS[metric_kind(shown)]} test, Holm-corrected across the table's {count} comparisons.",
+        f"p: two-sided {test} test, Holm-corrected across the table's {count} comparisons.",
     ]
     if others:
         lines.append(f"The CSV and JSON also compare {', '.join(others)} (each its own Holm family).")

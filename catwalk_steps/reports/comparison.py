@@ -20,8 +20,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-#: The test of a 0/1 metric, and of a continuous one (which request kind's metric is which, its
-#: kind says: ``catwalk_steps.kinds``' ``binary``).
+#: The tests of a 0/1 metric and of a continuous one; which a metric is, its request kind says
+#: (``catwalk_steps.kinds``' ``binary``).
 MCNEMAR = "exact McNemar"
 PERMUTATION = "paired permutation"
 
@@ -142,8 +142,8 @@ def compare_values(
     if binary and not np.all(np.isin(b, (0, 1)) & np.isin(c, (0, 1))):
         raise ValueError(f"{metric} is a 0/1 metric, but its values are not all 0 or 1")
     low, high = bootstrap_ci(c - b, confidence, resamples, seed)
-    common = dict(metric=metric, test=MCNEMAR if binary else PERMUTATION, n=len(b), baseline=float(b.mean()), candidate=float(c.mean()),
-                  delta=float(c.mean() - b.mean()), ci_low=low, ci_high=high)
+    common = dict(metric=metric, test=MCNEMAR if binary else PERMUTATION, n=len(b), baseline=float(b.mean()),
+                  candidate=float(c.mean()), delta=float(c.mean() - b.mean()), ci_low=low, ci_high=high)
     if binary:
         wins, losses, p = mcnemar(b, c)
         return Comparison(**common, p_value=p, wins=wins, losses=losses)

@@ -5,7 +5,9 @@ before the package was laid out in folders; a change of any of them (a moved cla
 argument) would make every user recompute that step and what follows it. Bump a step's
 ``VERSION`` on purpose, and record the new ids, when its output changes. A step that is not
 cached (``catwalk::export_diff``) names no cache entry: its id changed once, when its ``metric``
-default became the request kind's own."""
+default became the request kind's own. Moved on purpose: the tables' (cw3: their Δ shows the
+request kinds' headline metric) and, for the chat demo's BOS-adding model, every step's (its
+token conventions' key names how a whitespace-only context is encoded)."""
 
 import json
 from pathlib import Path

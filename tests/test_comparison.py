@@ -46,7 +46,7 @@ def test_mcnemar_is_scipys_binomial_test_on_the_discordant_pairs(wins, losses, t
 
 def test_no_discordant_pairs_is_p_one_and_a_zero_interval():
     same = np.array([1, 0, 1, 1, 0])
-    c = compare_values("acc", same, same)
+    c = compare_values("acc", same, same, binary=True)
     assert (c.p_value, c.wins, c.losses, c.delta, c.ci_low, c.ci_high) == (1.0, 0, 0, 0.0, 0.0, 0.0)
     assert permutation_p_value(np.zeros(10)) == 1.0
 
@@ -114,6 +114,29 @@ def test_every_per_instance_metric_is_compared_with_its_kind():
     assert metrics["f1"]["test"] == "paired permutation" and metrics["f1"]["delta"] == pytest.approx(0.1)
 
 
+def test_a_kind_says_which_of_its_metrics_are_0_1_and_so_which_test_each_gets():
+    """A new request kind is one class: its own 0/1 metric gets the exact McNemar test without a
+    name table in the reports to extend (a metric named in no such table was continuous)."""
+    from catwalk_steps.kinds import RequestKind
+
+    class Hits(RequestKind):
+        name = "hits"
+
+        def values(self, records):
+            return {name: np.array([r[name] for r in records], dtype=np.float64) for name in ("hit", "score")}
+
+        def binary(self, metric):
+            return metric == "hit"
+
+    baseline = [{"id": n, "hit": hit, "score": hit / 2} for n, hit in enumerate([0, 1, 0, 0, 1, 0])]
+    candidate = [{"id": n, "hit": hit, "score": hit / 3} for n, hit in enumerate([1, 1, 1, 0, 1, 1])]
+    metrics = compare_predictions(Hits(), baseline, candidate)["metrics"]
+    assert metrics["hit"]["test"] == "exact McNemar" and (metrics["hit"]["wins"], metrics["hit"]["losses"]) == (3, 0)
+    assert metrics["score"]["test"] == "paired permutation" and "wins" not in metrics["score"]
+    assert [Generation().binary(m) for m in ("exact_match", "exact_match/strict-match", "f1", "bleu")] == \
+        [True, True, False, False]
+
+
 @pytest.mark.parametrize(
     "candidate, message",
     [
@@ -136,7 +159,7 @@ def test_a_different_gold_label_is_refused():
 
 def test_a_binary_metric_with_other_values_is_refused():
     with pytest.raises(ValueError, match="0/1 metric"):
-        compare_values("acc", [0, 1, 0.5], [1, 1, 1])
+        compare_values("acc", [0, 1, 0.5], [1, 1, 1], binary=True)
 
 
 def predict(task, **settings):
@@ -221,6 +244,37 @@ def test_table_compares_every_row_with_the_baseline_of_its_task_and_spreads_seed
     assert "Δ acc [95% CI]" in markdown and "| p |" in markdown and "Holm-corrected across the table's 2" in markdown
     assert "(seed sd" in markdown and f"(sd {mean['acc_seed_sd']:.4f}" in markdown
     assert "delta_acc_ci_low" in table.to_csv().splitlines()[0]
+
+
+def generation_records(scores):
+    """Generation records of a task with two filters, its scores in the task's order (lm-eval
+    lists GSM8K's ``strict-match`` before ``flexible-extract``)."""
+    return [
+        {"id": f"validation/{n}", "kind": "generate_until", "generation": "4", "references": ["4"], "margin": 1.0,
+         "scores": {"exact_match/strict-match": strict, "exact_match/flexible-extract": flexible}}
+        for n, (strict, flexible) in enumerate(scores)
+    ]
+
+
+def test_a_tables_delta_and_a_diff_show_the_same_metric(tmp_path):
+    """Both show the request kind's ``headline_metric``: the table's Δ showed the first metric by
+    name (``flexible-extract``) while the diff listed ``strict-match``."""
+    from catwalk_steps.reports.generation import score_averages  # not metrics_of: torchmetrics is slow to import
+    from catwalk_steps.steps.metrics import MetricsTableFormat
+
+    runs = {"zero": generation_records([(0, 0), (0, 0), (0, 1), (1, 1)] * 4),
+            "tuned": generation_records([(1, 1), (1, 0), (0, 1), (1, 1)] * 4)}
+    table = TabulateMetricsStep(metrics={}).run(
+        metrics={name: score_averages(r) for name, r in runs.items()}, baseline="zero", predictions=runs)
+    assert table.compared_metric() == "exact_match/strict-match"
+    assert "Δ exact_match/strict-match [95% CI]" in table.to_markdown()
+    assert table.caption.startswith("Δ exact_match/strict-match:")
+    (tmp_path / "table").mkdir()
+    MetricsTableFormat().write(table, tmp_path / "table")  # as cached
+    assert MetricsTableFormat().read(tmp_path / "table").compared_metric() == "exact_match/strict-match"
+    ExportDiffStep(output_dir=str(tmp_path), baseline=runs["zero"], candidate=runs["tuned"]).run(
+        output_dir=str(tmp_path), baseline=runs["zero"], candidate=runs["tuned"])
+    assert "(exact_match/strict-match, 16 instances)" in (tmp_path / "diff.md").read_text()
 
 
 def test_diff_lists_the_changed_instances_with_prompts(tiny_task, tmp_path):

@@ -63,6 +63,8 @@ def test_compare_and_a_table_with_a_baseline_take_every_kind(predicted, kind):
     (small,) = [row for row in table.rows if row["run"] == "small"]
     assert f"delta_{metric}" in small and 0 <= small[f"p_{metric}"] <= 1
     assert expected_test in table.caption or f"delta_{metric}" not in table.display_columns()
+    # The Δ shown is the metric a diff lists by default (documents have none: no 0/1 metric).
+    assert table.compared_metric() == (None if kind == "documents" else metric)
 
 
 def with_changes(kind: str, metric: str, records):
@@ -180,7 +182,10 @@ def test_a_new_kind_is_one_class_that_every_judging_step_asks():
             return {"mean_count": sum(r["count"] for r in records) / len(records), "count": len(records)}
 
         def values(self, records):
-            return {"loglik": np.array([r["count"] for r in records], dtype=np.float64)}
+            return {"count": np.array([r["count"] for r in records], dtype=np.float64)}
+
+        def binary(self, metric):
+            return False  # a count: the paired permutation test
 
     register(Counts())
     try:
@@ -188,7 +193,8 @@ def test_a_new_kind_is_one_class_that_every_judging_step_asks():
         candidate = [{"id": str(n), "count": n + 1, "kind": "count"} for n in range(8)]
         assert CalculateMetricsStep(predictions=baseline).run(predictions=baseline)["mean_count"] == 3.5
         compared = CompareStep(baseline=baseline, candidate=candidate).run(baseline=baseline, candidate=candidate)
-        assert compared["metrics"]["loglik"]["delta"] == 1.0
+        assert compared["metrics"]["count"]["delta"] == 1.0
+        assert compared["metrics"]["count"]["test"] == "paired permutation"
         assert list(readable_predictions(candidate)) == candidate
     finally:
         del KINDS["count"]

@@ -83,7 +83,7 @@ def test_an_encoder_decoder_s_encoder_reads_the_whole_window(tiny_t5):
     spec = ModelSpec.parse(tiny_t5)
     tokenizer, lm = spec.load_tokenizer(), load_pretrained(spec).eval()
     eos = (tokenizer.eos_token, tokenizer.eos_token_id)
-    # As T5's tokenizer, ending an encoding in EOS (lm-eval's seq2seq prompts; ours append it).
+    # As T5's tokenizer, ending an encoding in EOS (lm-eval's seq2seq prompts, and ours: the tokenizer's encoding).
     tokenizer.backend_tokenizer.post_processor = TemplateProcessing(single=f"$A {eos[0]}", special_tokens=[eos])
     conventions = TokenConventions(tokenizer, encoder_decoder=True)
     prompts = [" ".join(["the cat sat on a mat"] * 8)]  # 48 tokens
@@ -105,5 +105,5 @@ def test_an_encoder_decoder_s_budget_leaves_its_encoder_s_window_whole(tiny_t5, 
     task = GenerationTask(data_files={"validation": str(path)}, until=["\n"], max_new_tokens=40)
     conventions = ModelSpec.parse(tiny_t5).conventions()
     (request,) = generation_requests(conventions, task.instances("validation"), 32)  # no room left if decoder-only
-    assert len(request.window(32)) == 31
-    assert "longer than the 31 tokens an encoder's input of 32 holds beside its EOS" in caplog.text
+    assert len(request.window(32)) == 32
+    assert "longer than the 32 tokens an encoder's input of 32 holds:" in caplog.text

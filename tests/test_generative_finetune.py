@@ -92,7 +92,7 @@ def test_an_encoder_decoder_learns_the_answer_and_eos_once(tiny_t5):
                                                                           "answer": query.continuation}]))
     labels = torch.tensor([list(query.continuation) + [eos]])
     with torch.no_grad():
-        expected = model.lm(input_ids=torch.tensor([list(query.context) + [eos]]), labels=labels).loss
+        expected = model.lm(input_ids=torch.tensor([list(query.context)]), labels=labels).loss
     assert output["tokens"].tolist() == [labels.shape[1]]
     assert output["loss"].item() == pytest.approx(expected.item() * labels.shape[1], rel=1e-5)
 

@@ -6,13 +6,13 @@ from tango.workspaces import LocalWorkspace
 from transformers import AutoTokenizer, T5Config, T5ForConditionalGeneration
 
 from catwalk_steps import CalculateMetricsStep, FinetunedModel, FinetuneStep, PiqaTask, PredictStep
-from catwalk_steps.models.loading import ModelSpec
+from catwalk_steps.models.loading import ModelSpec, context_window
 from catwalk_steps.models.weights import load_pretrained
 from catwalk_steps.models.conventions import TokenConventions
 from catwalk_steps.models.scoring import score_queries
 
 from .conftest import TINY
-from .tiny_models import tiny_bart
+from .tiny_models import bart_tokenizer, t5_tokenizer, tiny_bart
 
 PAIRS = [
     ("Question: How do I cut the bread?\nAnswer:", " Use a sharp knife."),
@@ -53,13 +53,13 @@ def test_the_decoder_scores_each_continuation_after_the_encoded_context(tiny_t5)
     with torch.no_grad():  # one unpadded pass per pair: HF's own loss over continuation + EOS
         for query in queries:
             labels = torch.tensor([list(query.continuation) + [eos]])
-            loss = lm(input_ids=torch.tensor([list(query.context) + [eos]]), labels=labels).loss
+            loss = lm(input_ids=torch.tensor([list(query.context)]), labels=labels).loss
             expected.append(-loss.item() * labels.shape[1])
     assert ours == pytest.approx(expected, abs=1e-4)
-    # Contexts longer than the window are cut from the left, to the window with their EOS
-    # (lm-evaluation-harness's seq2seq cut), whatever the continuation's length.
+    # Contexts longer than the window are cut from the left, to the window (lm-evaluation-harness's
+    # seq2seq cut), whatever the continuation's length.
     long = TokenConventions(tokenizer, encoder_decoder=True).pair(" ".join(["the box"] * 40), " Use a broom.")
-    kept = long.context[-(32 - 1):]
+    kept = long.context[-32:]
     kwargs = dict(pad_token_id=tokenizer.pad_token_id, max_length=32, max_batch_size=4, max_batch_tokens=4096)
     assert score_queries(lm, [long], **kwargs) == pytest.approx(
         score_queries(lm, [type(long)(kept, long.continuation)], **kwargs), abs=1e-5)
@@ -88,59 +88,76 @@ def test_fine_tuning_caching_and_prediction_work_as_for_decoder_only_models(tiny
     assert [p["logliks"] for p in zero_shot] != [p["logliks"] for p in from_cache]
 
 
-@pytest.fixture(scope="module")
-def t5_with_eos_tokenizer(tmp_path_factory) -> str:
-    """A tiny T5 whose tokenizer ends every encoding with EOS, as T5's own does (the demo's BPE
-    with that template; 512 as its ``model_max_length``, T5's), so that lm-evaluation-harness's
-    seq2seq HFLM, which takes the EOS from the tokenizer, and we, who append it, encode contexts alike."""
-    from tokenizers.processors import TemplateProcessing
-
-    directory = tmp_path_factory.mktemp("t5-eos")
-    tokenizer = AutoTokenizer.from_pretrained(TINY / "model", model_max_length=512)
-    eos = tokenizer.eos_token
-    tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
-        single=f"$A {eos}", special_tokens=[(eos, tokenizer.eos_token_id)])
-    assert tokenizer.encode("a b")[-1] == tokenizer.eos_token_id
-    return saved_t5(directory, tokenizer)
+@pytest.fixture(scope="module", params=["t5", pytest.param("bart", marks=pytest.mark.full)])
+def seq2seq_model(request, tmp_path_factory) -> str:
+    """A tiny T5 with a T5-style SentencePiece tokenizer (every encoding ending in ``</s>``), or a
+    tiny BART with a BART-style one (``<s> ... </s>``): tests/tiny_models.py."""
+    directory = tmp_path_factory.mktemp(request.param)
+    if request.param == "bart":
+        return f"rc::{tiny_bart(directory, bart_tokenizer(directory / 'tokenizer', TINY / 'model'))}"
+    texts = [context + continuation for context, continuation in SEQ2SEQ_PAIRS]
+    texts += (TINY / "train.jsonl").read_text().splitlines()
+    return saved_t5(directory, AutoTokenizer.from_pretrained(t5_tokenizer(directory / "tokenizer", texts)))
 
 
-def test_the_encoder_reads_what_lm_evaluation_harness_s_seq2seq_encoder_reads(t5_with_eos_tokenizer):
-    """lm-eval's seq2seq scoring gives the encoder the context's encoding, EOS included, cut to
-    its last 512 tokens: so does ours, whatever the continuation's length. (The decoder's side
-    differs by convention: we score the continuation's EOS too, as T0 and catwalk do, where
-    lm-eval 0.4.13 encodes the continuation without special tokens.)"""
+#: Beside :data:`PAIRS`: a continuation that SentencePiece encodes apart otherwise than as the
+#: tail of the whole (``['▁', '4']``, not ``['4']``), trailing whitespace, an empty context.
+SEQ2SEQ_PAIRS = PAIRS + [("2+2=", "4"), ("Answer: ", "yes"), ("", "Hello world")]
+
+
+def eos_loglik(lm, context, continuation) -> float:
+    """The log-probability of EOS after ``continuation``, given ``context``: one HF forward pass."""
+    eos = lm.config.eos_token_id
+    with torch.no_grad():
+        logits = lm(input_ids=torch.tensor([list(context)]), labels=torch.tensor([list(continuation) + [eos]])).logits
+    return logits[0, -1].log_softmax(-1)[eos].item()
+
+
+def test_queries_and_log_likelihoods_are_lm_evaluation_harness_s_seq2seq_ones(seq2seq_model):
+    """lm-eval's seq2seq HFLM encodes the context with the tokenizer's special tokens (T5's
+    ``... </s>``, BART's ``<s> ... </s>``) and the continuation apart, without them, and its
+    encoder reads the context's last ``window`` tokens: so do we, token for token, whatever the
+    continuation's length. Our log-likelihood is its number plus the continuation's EOS, our
+    documented convention (T0's and catwalk's rank classification)."""
     pytest.importorskip("lm_eval")
+    from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
 
-    directory = t5_with_eos_tokenizer.removeprefix("rc::")
-    harness = HFLM(pretrained=directory, device="cpu", batch_size=4, dtype="float32")
-    assert harness.backend == "seq2seq" and harness.max_length == 512
-    long = " ".join(["the box is on the table"] * 100)  # ~600 tokens: past the window
-    pairs = PAIRS + [(long, " Use a broom."), (long + " and", " a long answer of many words," * 5), (long, "s")]
-    spec = ModelSpec.parse(t5_with_eos_tokenizer)
+    from .test_special_tokens import harness_pairs
+
+    harness = HFLM(pretrained=seq2seq_model.removeprefix("rc::"), device="cpu", batch_size=4, dtype="float32")
+    spec = ModelSpec.parse(seq2seq_model)
     conventions, lm = spec.conventions(), load_pretrained(spec).eval()
-    queries = [conventions.pair(c, x) for c, x in pairs]
-    assert all(len(q.context) > 512 for q in queries[len(PAIRS):])
-    eos = conventions.tokenizer.eos_token_id
-    expected = []
-    with torch.no_grad():
-        for (context, continuation), query in zip(pairs, queries):
-            encoder_input = harness._encode_pair(context, continuation)[0][-harness.max_length:]
-            labels = torch.tensor([list(query.continuation) + [eos]])
-            loss = lm(input_ids=torch.tensor([encoder_input]), labels=labels).loss
-            expected.append(-loss.item() * labels.shape[1])
+    window = context_window(lm.config)
+    assert harness.backend == "seq2seq" and harness.max_length == window
+    long = " ".join(["the box is on the table"] * (window // 4))  # past the window
+    pairs = SEQ2SEQ_PAIRS + [(long, " Use a broom."), (long + " and", " a long answer of many words,")]
+    queries = [conventions.pair(context, continuation) for context, continuation in pairs]
+    assert all(len(q.context) > window for q in queries[len(SEQ2SEQ_PAIRS):])
+    tokenizer = conventions.tokenizer
+    if tokenizer.bos_token_id is None:  # T5
+        assert tokenizer.convert_ids_to_tokens(queries[len(PAIRS)].continuation) == ["▁", "4"]
+    else:  # BART
+        assert queries[0].context[0] == tokenizer.bos_token_id
+    for prompt, _ in pairs:  # generation prompts, the encoder's input there
+        assert list(conventions.prompt(prompt)) == harness.tok_batch_encode([prompt])[0][0].tolist()
+
+    theirs = [ll for ll, _ in harness.loglikelihood([Instance("loglikelihood", {}, pair, n)
+                                                      for n, pair in enumerate(pairs)], disable_tqdm=True)]
+    eos_terms = [eos_loglik(lm, q.context[-window:], q.continuation) for q in queries]
     for batch_size in (1, 4):
-        ours = score_queries(lm, queries, pad_token_id=conventions.pad_token_id, max_length=512,
+        ours = score_queries(lm, queries, pad_token_id=conventions.pad_token_id, max_length=window,
                              max_batch_size=batch_size, max_batch_tokens=10**6)
-        assert ours == pytest.approx(expected, abs=1e-4)
+        assert ours == pytest.approx([t + e for t, e in zip(theirs, eos_terms)], abs=1e-4)
+    assert [(q.context, q.continuation) for q in queries] == harness_pairs(harness, pairs)
 
 
 def test_an_encoder_decoder_with_learned_positions_scores_contexts_past_its_window(tmp_path):
     """BART's positions are a table of its window's size: a context cut as T5's is fits it."""
     spec = ModelSpec.parse(f"rc::{tiny_bart(tmp_path, TINY / 'model', window=64)}")
     conventions, lm = spec.conventions(), load_pretrained(spec).eval()
-    query = conventions.pair(" ".join(["the box"] * 80), " box")  # one token: the old cut kept 64 and the EOS
+    query = conventions.pair(" ".join(["the box"] * 80), " box")  # past the window, with a one-token continuation
     assert len(query.continuation) == 1 and len(query.context) > 64
     kwargs = dict(pad_token_id=conventions.pad_token_id, max_length=64, max_batch_size=4, max_batch_tokens=4096)
-    cut = type(query)(query.context[-63:], query.continuation)  # 63 tokens and the EOS: the whole window
+    cut = type(query)(query.context[-64:], query.continuation)  # its last 64 tokens: the whole window
     assert score_queries(lm, [query], **kwargs) == pytest.approx(score_queries(lm, [cut], **kwargs), abs=1e-5)

@@ -6,8 +6,10 @@ tokenizer with the settings of its hub ``tokenizer_config.json`` (``add_bos_toke
 token), as ``AutoTokenizer`` would load ``mistralai/Mistral-7B-v0.1``.
 """
 
+import json
 import shutil
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
@@ -128,4 +130,47 @@ def tiny_bart(directory: Path, tokenizer: Path, window: int = 64) -> Path:
     torch.manual_seed(0)
     BartForConditionalGeneration(config).save_pretrained(directory)
     tok.save_pretrained(directory)
+    return directory
+
+
+def t5_tokenizer(directory: Path, texts: Sequence[str]) -> Path:
+    """A T5-style tokenizer, saved in ``directory``: a SentencePiece unigram model trained here on
+    ``texts`` (a ``▁`` before each word, the first too: ``"4"`` alone is ``['▁', '4']``), ``</s>``
+    ending every encoding, ``<pad>`` and ``<unk>``, no BOS, a ``model_max_length`` of 512 (T5's),
+    loaded by ``AutoTokenizer`` as T5's own class."""
+    from tokenizers import SentencePieceUnigramTokenizer
+    from tokenizers.processors import TemplateProcessing
+
+    tokenizer = SentencePieceUnigramTokenizer()
+    tokenizer.train_from_iterator(texts, vocab_size=400, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>",
+                                  show_progress=False)
+    tokenizer.post_processor = TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
+                                                  special_tokens=[("</s>", tokenizer.token_to_id("</s>"))])
+    return _saved_tokenizer(directory, tokenizer, {"tokenizer_class": "T5Tokenizer", "eos_token": "</s>",
+                                                   "pad_token": "<pad>", "unk_token": "<unk>", "extra_ids": 0,
+                                                   "model_max_length": 512})
+
+
+def bart_tokenizer(directory: Path, base: Path) -> Path:
+    """A BART-style tokenizer, saved in ``directory``: ``base``'s byte-level BPE (the demo's) with
+    BART's special tokens, every encoding ``<s> ... </s>``, loaded by ``AutoTokenizer`` as BART's
+    own class."""
+    from tokenizers import Tokenizer
+    from tokenizers.processors import RobertaProcessing
+
+    tokenizer = Tokenizer.from_file(str(base / "tokenizer.json"))
+    tokenizer.add_special_tokens(["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    tokenizer.post_processor = RobertaProcessing(("</s>", tokenizer.token_to_id("</s>")),
+                                                 ("<s>", tokenizer.token_to_id("<s>")))
+    return _saved_tokenizer(directory, tokenizer, {"tokenizer_class": "BartTokenizer", "bos_token": "<s>",
+                                                   "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>",
+                                                   "mask_token": "<mask>"})
+
+
+def _saved_tokenizer(directory: Path, tokenizer, settings: dict) -> Path:
+    """``tokenizer`` (a ``tokenizers.Tokenizer``) as a hub tokenizer is laid out: its
+    ``tokenizer.json`` and a ``tokenizer_config.json`` of ``settings``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(json.dumps(settings))
     return directory

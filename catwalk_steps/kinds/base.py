@@ -8,7 +8,8 @@ requests of a split's instances, the computation that answers them and the recor
 the answers; every record says its kind (``"kind"``), and :func:`kind_of_records` reads it, or,
 for records cached before they said it, recognises the kind by the one field only its records
 hold. Metrics, comparisons, diffs, exports and the command line then ask the records' kind for
-their metrics, their per-instance values and what a diff shows.
+their metrics, their per-instance values (and which are 0/1, the test a comparison makes), the
+one a table and a diff show, and what a diff shows of an instance.
 
 A new kind is one module that subclasses :class:`RequestKind` and registers an instance with
 :func:`register`.
@@ -87,9 +88,17 @@ class RequestKind:
         """Every per-instance metric of ``records``, by name: what comparisons and diffs pair."""
         raise NotImplementedError
 
-    def diff_metric(self, records: Sequence[Mapping[str, Any]]) -> str:
-        """The 0/1 metric a diff of ``records`` lists the changes of when none is named."""
-        raise ValueError(f"{self.name} predictions have no per-instance 0/1 metric to diff")
+    def binary(self, metric: str) -> bool:
+        """Whether the per-instance ``metric`` (of :meth:`values`) is 0/1, right or wrong: a
+        comparison tests it by the exact McNemar test, else (a continuous value) by the paired
+        permutation test (:mod:`..reports.comparison`)."""
+        raise NotImplementedError
+
+    def headline_metric(self, records: Sequence[Mapping[str, Any]]) -> Optional[str]:
+        """The per-instance 0/1 metric of ``records`` that a table's ``Δ`` column shows and a diff
+        lists the changes of, when none is named: one rule for both, so that a diff written
+        beside a table speaks of the table's metric. ``None`` where the kind has none."""
+        return None
 
     def gold_margins(self, records: Sequence[Mapping[str, Any]], metric: str) -> Optional[np.ndarray]:
         """Per instance, how far the gold answer is ahead under ``metric`` (negative: behind), for

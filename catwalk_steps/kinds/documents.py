@@ -84,6 +84,9 @@ class ScoredWhole(RequestKind):
     def values(self, records: Sequence[Mapping[str, Any]]) -> Dict[str, np.ndarray]:
         return {"loglik": np.array([r["loglik"] for r in records], dtype=np.float64)}
 
+    def binary(self, metric: str) -> bool:
+        return False  # a log-likelihood (targets add their 0/1 greedy flag)
+
 
 class Documents(ScoredWhole):
     name = "loglikelihood_rolling"

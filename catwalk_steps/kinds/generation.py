@@ -3,14 +3,13 @@
 the task's scores, and from those each score's mean (:mod:`..reports.generation`) and, per
 instance, every numeric score."""
 
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..models.generation import GenerationRequest, generate_greedy
 from ..models.loading import context_window
 from ..models.prompt_room import generation_requests
-from ..reports.comparison import BINARY, metric_kind
 from ..reports.generation import score_averages
 from ..tasks.generative import GenerativeTask
 from ..tasks.instance import GenerationInstance
@@ -41,6 +40,10 @@ def generation_records(
         }
         records.append(with_group(record, instance))
     return records
+
+
+#: The names of the task scores that are 0/1 (before a filter's name).
+BINARY_SCORES = ("exact_match", "acc")
 
 
 class Generation(RequestKind):
@@ -76,12 +79,19 @@ class Generation(RequestKind):
             if all(isinstance(r["scores"][name], (int, float)) for r in records)
         }
 
-    def diff_metric(self, records: Sequence[Mapping[str, Any]]) -> str:
-        """``exact_match``, else the task's first 0/1 score (``exact_match/strict-match``)."""
-        binary = [name for name in self.values(records) if metric_kind(name) == BINARY]
-        if not binary:
-            return super().diff_metric(records)  # raises: nothing to diff
-        return "exact_match" if "exact_match" in binary else binary[0]
+    def binary(self, metric: str) -> bool:
+        """A task's scores are named by the task (and, for lm_eval tasks, their filter after a
+        ``/``: ``exact_match/strict-match``): ``exact_match`` and ``acc`` are 0/1; any other
+        score (``f1``, a task's own) is taken as continuous, which the paired permutation test
+        takes whatever its values."""
+        return metric.split("/")[0] in BINARY_SCORES
+
+    def headline_metric(self, records: Sequence[Mapping[str, Any]]) -> Optional[str]:
+        """``exact_match``, else the task's first 0/1 score in the task's order
+        (``exact_match/strict-match`` before ``exact_match/flexible-extract``, as lm-evaluation-harness
+        lists GSM8K's filters), else none."""
+        binary = [name for name in self.values(records) if self.binary(name)]
+        return "exact_match" if "exact_match" in binary else next(iter(binary), None)
 
     def instance_text(self, instance: GenerationInstance) -> Record:
         return {"prompt": instance.prompt, "gold": (list(instance.references) or [None])[0]}

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..models.conventions import TokenConventions
 from ..models.scoring import Query, score_queries
-from ..reports.accuracy import accuracies, choice_scores, correctness, rankings
+from ..reports.accuracy import RANKINGS, accuracies, choice_scores, correctness, rankings
 from ..reports.calibration import brier_scores, calibration
 from ..tasks import MCInstance
 from .base import Record, RequestKind, RequestSetting, register, with_group
@@ -99,7 +99,11 @@ class MultipleChoice(RequestKind):
         values["gold_loglik"] = np.array([r["logliks"][r["label"]] for r in records], dtype=np.float64)
         return values
 
-    def diff_metric(self, records: Sequence[Mapping[str, Any]]) -> str:
+    def binary(self, metric: str) -> bool:
+        """Each ranking's correctness; not the Brier score nor the gold log-likelihood."""
+        return metric in RANKINGS
+
+    def headline_metric(self, records: Sequence[Mapping[str, Any]]) -> str:
         return "acc"
 
     def gold_margins(self, records: Sequence[Mapping[str, Any]], metric: str) -> np.ndarray:

@@ -50,7 +50,11 @@ class Targets(ScoredWhole):
     def values(self, records: Sequence[Mapping[str, Any]]) -> Dict[str, np.ndarray]:
         return {"acc": np.array([float(r["is_greedy"]) for r in records], dtype=np.float64), **super().values(records)}
 
-    def diff_metric(self, records: Sequence[Mapping[str, Any]]) -> str:
+    def binary(self, metric: str) -> bool:
+        """The greedy flag (``acc``); not the log-likelihood."""
+        return metric == "acc"
+
+    def headline_metric(self, records: Sequence[Mapping[str, Any]]) -> str:
         return "acc"
 
     def instance_text(self, instance: TargetInstance) -> Record:

@@ -19,8 +19,12 @@ unset), so that our numbers equal its numbers:
   perplexities stay comparable with published lm-eval numbers.
 - A generation prompt is encoded like a context.
 
-Encoder-decoder models (T5) keep the convention of :mod:`.seq2seq`: no special tokens at
-encoding, the EOS appended to the encoder's input and to each scored continuation there.
+Encoder-decoder models (T5, BART) are encoded as lm-eval's seq2seq path encodes them: the
+context (the encoder's input) and a generation prompt with the tokenizer's own special tokens (T5's
+ends in EOS, BART's is ``<s> ... </s>``), a continuation encoded apart, without special tokens
+(``2+2=`` + ``4`` is SentencePiece's ``['▁', '4']``, not the tail of the whole). One choice of
+ours stays (:mod:`.seq2seq`): a scored continuation ends in EOS, as T0's and catwalk's rank
+classification score it.
 """
 
 import json
@@ -36,10 +40,16 @@ if TYPE_CHECKING:
 
 #: The lm-evaluation-harness release whose encoding these conventions reproduce.
 LM_EVAL_CONVENTIONS = "lm-eval 0.4.13"
-#: How an encoder-decoder's context meets the window (:func:`.scoring.model_input`): its last
-#: ``window - 1`` tokens and the EOS, as lm-evaluation-harness's seq2seq scoring cuts it (until
-#: 2026-12-06 the continuation's length took from it, and cache keys held nothing of this).
-SEQ2SEQ_WINDOW = "context cut to the window with its EOS"
+#: How an encoder-decoder's text is encoded and meets the window (:func:`.scoring.model_input`):
+#: as lm-evaluation-harness's seq2seq path, its context's encoding (special tokens included) cut to
+#: its last ``window`` tokens, the continuation encoded apart (until 2026-12-06 the context was
+#: encoded without special tokens and an EOS appended, the continuation split from the whole
+#: pair's encoding, and, before that, the continuation's length took from the context's room).
+SEQ2SEQ_ENCODING = "lm-eval 0.4.13 seq2seq: context with its special tokens cut to the window, continuation apart"
+#: How a BOS-adding tokenizer's whitespace-only context is encoded (:meth:`TokenConventions.pair`):
+#: the prefix token alone, as lm-evaluation-harness encodes it (until 2026-12-06 the BOS was scored
+#: as the continuation's first token, and cache keys held nothing of this).
+WHITESPACE_CONTEXT = "a whitespace-only context is the prefix token alone"
 #: What stands for an answer's first word after a chat-trained model's prompt (:meth:`TokenConventions.prompt`).
 NEXT_WORD = "a"
 #: A text whose encoding shows whether special tokens are added.
@@ -74,8 +84,6 @@ class TokenConventions:
         return None if self.prefix_token_id is None else self.tokenizer.decode(self.prefix_token_id)
 
     def _special_tokens(self, text: str, prefix_text: Optional[str]) -> Dict[str, bool]:
-        if self.encoder_decoder:
-            return {"add_special_tokens": False}
         if prefix_text and text.startswith(prefix_text):
             return {"add_special_tokens": False}
         return {} if self.add_bos_token is None else {"add_special_tokens": self.add_bos_token}
@@ -89,7 +97,8 @@ class TokenConventions:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def pair(self, context: str, continuation: str) -> Query:
-        """A (context, continuation) scoring query (lm-eval's ``loglikelihood``)."""
+        """A (context, continuation) scoring query (lm-eval's ``loglikelihood``); an
+        encoder-decoder's continuation is encoded apart (lm-eval's seq2seq ``_encode_pair``)."""
         if context == "":
             tokens = self.plain(continuation)
             if not tokens:
@@ -100,7 +109,10 @@ class TokenConventions:
         stripped = context.rstrip()
         continuation = context[len(stripped):] + continuation
         context_ids = self.encode(stripped)  # a whitespace-only context: BOS alone, where one is added
-        continuation_ids = self.encode(stripped + continuation)[len(context_ids):]
+        if self.encoder_decoder:
+            continuation_ids = self.plain(continuation)
+        else:
+            continuation_ids = self.encode(stripped + continuation)[len(context_ids):]
         if not continuation_ids:
             raise ValueError(f"Continuation {continuation!r} encodes to no tokens")
         return Query(tuple(context_ids or [self.prefix_token_id]), tuple(continuation_ids))
@@ -120,7 +132,7 @@ class TokenConventions:
         training saw it. Which word follows is not known here, so a word of letters stands for it:
         an answer whose first token does not absorb the whitespace (a digit under SentencePiece)
         was trained after that whitespace token instead."""
-        bos = None if self.encoder_decoder else self.tokenizer.bos_token
+        bos = None if self.encoder_decoder else self.tokenizer.bos_token  # lm-eval's seq2seq: always its specials
         ids = self.tokenizer.encode(text, **self._special_tokens(text, bos))
         if self.chat_trained and text[-1:].isspace():
             ids = ids[:common_prefix(ids, self.tokenizer.encode(text + NEXT_WORD, **self._special_tokens(text, bos)))]
@@ -165,12 +177,15 @@ def common_prefix(ids: Sequence[int], other: Sequence[int]) -> int:
 def conventions_key(adds_special_tokens: bool, encoder_decoder: bool = False) -> Optional[Dict[str, Any]]:
     """What a cache key holds of a model's conventions: nothing where they encode as before they
     existed (GPT-2, any tokenizer without special tokens), so that those keys do not change; else
-    the conventions' name, so that a result computed without the special tokens is never reused;
-    for an encoder-decoder, how its context is cut (:data:`SEQ2SEQ_WINDOW`), so that a result
-    whose contexts were cut the earlier way is never reused."""
+    the conventions' name and how a whitespace-only context is encoded (:data:`WHITESPACE_CONTEXT`),
+    so that a result computed without the special tokens, or with that context's BOS scored, is
+    never reused; for an encoder-decoder, how its text is encoded and cut
+    (:data:`SEQ2SEQ_ENCODING`), so that a result encoded or cut an earlier way is never reused."""
     if encoder_decoder:
-        return {"encoder_window": SEQ2SEQ_WINDOW}
-    return {"special_tokens": LM_EVAL_CONVENTIONS} if adds_special_tokens else None
+        return {"encoder_decoder": SEQ2SEQ_ENCODING}
+    if not adds_special_tokens:
+        return None
+    return {"special_tokens": LM_EVAL_CONVENTIONS, "whitespace_context": WHITESPACE_CONTEXT}
 
 
 def encoder_decoder_on_disk(file: Callable[[str, str], Optional[Path]]) -> Optional[bool]:
@@ -184,15 +199,12 @@ def adds_special_tokens_on_disk(file: Callable[[str, str], Optional[Path]]) -> O
     """:meth:`TokenConventions.adds_special_tokens` at the tokenizer's defaults, read from the
     model's files (``file("model" | "tokenizer", name)``) with the ``tokenizers`` library alone, so
     that building a step graph does not import transformers: the tokenizer's ``tokenizer.json``
-    says whether it adds special tokens, the model's ``config.json`` whether it is an
-    encoder-decoder. ``None`` where the files cannot say: not on this machine, or a
-    ``tokenizer_config.json`` whose ``add_bos_token``/``add_eos_token`` transformers applies on load."""
-    encoder_decoder = encoder_decoder_on_disk(file)
+    says whether it adds special tokens. ``None`` where the files cannot say: not on this machine
+    (the tokenizer's, or the model's ``config.json``), or a ``tokenizer_config.json`` whose
+    ``add_bos_token``/``add_eos_token`` transformers applies on load."""
     settings, fast = file("tokenizer", "tokenizer_config.json"), file("tokenizer", "tokenizer.json")
-    if encoder_decoder is None or fast is None:
+    if encoder_decoder_on_disk(file) is None or fast is None:
         return None
-    if encoder_decoder:
-        return False
     if settings is not None and {"add_bos_token", "add_eos_token"} & set(json.loads(settings.read_text())):
         return None
     from tokenizers import Tokenizer

@@ -46,10 +46,10 @@ class GenerationRequest:
 
     def room(self, max_length: int) -> int:
         """How many prompt tokens fit: a decoder-only model's ``max_length`` holds the prompt and
-        the generated tokens; an encoder-decoder's encoder reads ``max_length`` tokens of its own,
-        the last the EOS its input ends with (lm-evaluation-harness's seq2seq ``generate_until``
-        cuts the tokenizer's encoding, EOS included, to ``max_length``)."""
-        return max_length - 1 if self.encoder_decoder else max_length - self.max_new_tokens
+        the generated tokens; an encoder-decoder's encoder reads ``max_length`` tokens of its own
+        (lm-evaluation-harness's seq2seq ``generate_until`` cuts the tokenizer's encoding, special
+        tokens included, to ``max_length``)."""
+        return max_length if self.encoder_decoder else max_length - self.max_new_tokens
 
     def window(self, max_length: int) -> Tuple[int, ...]:
         """The prompt cut from the left to :meth:`room`."""
@@ -169,16 +169,15 @@ def _causal_batch(
 
 
 def _seq2seq_batch(lm: "PreTrainedModel", sequences: _Sequences, prompts: Sequence[Tuple[int, ...]]) -> None:
-    """Greedy generation for one batch of an encoder-decoder model: the prompts (each ending in
-    EOS, as :mod:`.seq2seq` scores them) through the encoder once, then the decoder one token
-    per running sequence per step from the decoder start token."""
+    """Greedy generation for one batch of an encoder-decoder model: the prompts (encoded with the
+    tokenizer's special tokens, as :mod:`.seq2seq` scores contexts) through the encoder once, then
+    the decoder one token per running sequence per step from the decoder start token."""
     from transformers import DynamicCache, EncoderDecoderCache
 
     from .reserved_cache import ReservedCache
 
     device = next(lm.parameters()).device
-    eos = [lm.config.eos_token_id] if lm.config.eos_token_id is not None else []
-    rows = [list(p) + eos for p in prompts]
+    rows = [list(p) for p in prompts]
     width = max(len(r) for r in rows)
     input_ids = torch.zeros((len(rows), width), dtype=torch.long)  # padding is masked: any id will do
     mask = torch.zeros((len(rows), width), dtype=torch.long)

@@ -52,7 +52,7 @@ def generation_requests(
             f"last {room}; lower max_new_tokens to at most {max_length - MIN_PROMPT_TOKENS}"
         )
     if cut:
-        room_of = (f"an encoder's input of {max_length} holds beside its EOS" if conventions.encoder_decoder
+        room_of = (f"an encoder's input of {max_length} holds" if conventions.encoder_decoder
                    else f"max_new_tokens={budget} leaves of the model's {max_length}")
         logger.warning(
             "%d of %d prompts are longer than the %d tokens %s: they are cut from the left (truncated: true in their "

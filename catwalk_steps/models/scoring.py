@@ -33,19 +33,19 @@ class Query:
 def model_input(query: Query, max_length: int, encoder_decoder: bool = False) -> Tuple[List[int], List[int]]:
     """The token ids fed to the model (left-truncated to ``max_length``) and the targets scored.
 
-    An encoder-decoder's encoder reads the context and its decoder the continuation, each
-    followed by the EOS :mod:`.seq2seq` appends and each within the window: the context keeps its
-    last ``max_length - 1`` tokens, as lm-evaluation-harness's seq2seq ``context_enc[-max_length:]``
-    keeps them (its encoding ends in that EOS). The row is still laid out as a decoder-only one
-    (context, then the continuation less its last token), which :mod:`.seq2seq` reads back."""
-    room = max_length - 1 if encoder_decoder else max_length
+    An encoder-decoder's encoder reads the context and its decoder the continuation followed by
+    the EOS :mod:`.seq2seq` appends, each within the window: the context keeps its last
+    ``max_length`` tokens, as lm-evaluation-harness's seq2seq ``context_enc[-max_length:]`` keeps
+    them. The row is still laid out as a decoder-only one (context, then the continuation less its
+    last token), which :mod:`.seq2seq` reads back."""
+    room = max_length - 1 if encoder_decoder else max_length  # the continuation's
     if len(query.continuation) > room:
         raise ConfigurationError(
             f"A continuation of {len(query.continuation)} tokens does not fit the model's "
             f"context window of {max_length} tokens" + (" with its EOS" if encoder_decoder else "")
         )
     if encoder_decoder:
-        tokens = query.context[-room:] + query.continuation
+        tokens = query.context[-max_length:] + query.continuation
     else:
         tokens = (query.context + query.continuation)[-(max_length + 1):]
     return list(tokens[:-1]), list(query.continuation)

@@ -1,16 +1,17 @@
 """Rank classification with encoder-decoder models (T5, Flan-T5): the context goes to the
 encoder, and the decoder scores each continuation.
 
-Queries are tokenised as for decoder-only models (``conventions.TokenConventions.pair``: for an
-encoder-decoder no special tokens, the continuation's tokens the tail of ``context +
-continuation``), and training collates them in the decoder-only layout
-(``scoring.collate_queries``). So that training and prediction share one path and one truncation
-rule, the context and continuation of each row are read back from that layout here. T5's
-tokenizer ends both its inputs and its targets with ``</s>``, so the EOS is appended to both
-here, and a continuation's log-likelihood includes it (ending the answer there, the convention of
-T0's and catwalk's rank classification). Each is cut to the window as lm-evaluation-harness's
-seq2seq scoring cuts them: the context to its last ``window - 1`` tokens before the EOS
-(``scoring.model_input``), and a continuation that does not fit with its EOS is an error.
+Queries are tokenised as lm-evaluation-harness's seq2seq path tokenises them
+(``conventions.TokenConventions.pair``: the context with the tokenizer's special tokens, T5's
+ending in ``</s>``, BART's ``<s> ... </s>``; the continuation encoded apart, without them), and
+training collates them in the decoder-only layout (``scoring.collate_queries``). So that training
+and prediction share one path and one truncation rule, the context and continuation of each row
+are read back from that layout here. The encoder reads the context as encoded; the decoder scores
+the continuation followed by the EOS, which its log-likelihood includes (ending the answer there,
+the convention of T0's and catwalk's rank classification: our one difference from lm-eval, whose
+continuation has no EOS). Each is cut to the window as lm-evaluation-harness's seq2seq scoring cuts
+them: the context to its last ``window`` tokens (``scoring.model_input``), and a continuation that
+does not fit with its EOS is an error.
 """
 
 from typing import TYPE_CHECKING, Dict, List, Sequence, Tuple
@@ -36,14 +37,14 @@ def _right_padded(rows: Sequence[Sequence[int]], device: torch.device) -> Tuple[
 def seq2seq_logliks(
     lm: "PreTrainedModel", contexts: Sequence[Sequence[int]], continuations: Sequence[Sequence[int]]
 ) -> torch.Tensor:
-    """Summed log-likelihood of ``continuations[i]`` + EOS given ``contexts[i]`` + EOS, shape
+    """Summed log-likelihood of ``continuations[i]`` + EOS given ``contexts[i]``, shape
     ``[len(contexts)]``. Each distinct context goes through the encoder once."""
     device = next(lm.parameters()).device
     eos = [lm.config.eos_token_id] if lm.config.eos_token_id is not None else []
     distinct: Dict[Tuple[int, ...], int] = {}
     for context in contexts:
         distinct.setdefault(tuple(context), len(distinct))
-    input_ids, attention_mask = _right_padded([list(c) + eos for c in distinct], device)
+    input_ids, attention_mask = _right_padded(list(distinct), device)
     encoded = lm.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     which = torch.tensor([distinct[tuple(c)] for c in contexts], device=device)
 

@@ -6,6 +6,10 @@ import torch
 
 from .averages import STDERR_SUFFIX, binomial_stderr
 
+#: Every way of ranking choices (:func:`choice_scores`); ``acc_uncond`` needs the unconditioned
+#: log-likelihoods (:func:`rankings`).
+RANKINGS = ("acc", "acc_norm", "acc_per_token", "acc_uncond")
+
 
 def choice_scores(predictions: List[Dict[str, Any]], metric: str) -> torch.Tensor:
     """``[instances, most choices]`` scores under ``metric``'s ranking, ``-inf`` past an
@@ -27,10 +31,8 @@ def choice_scores(predictions: List[Dict[str, Any]], metric: str) -> torch.Tenso
 def rankings(predictions: List[Dict[str, Any]]) -> List[str]:
     """The metrics that ``predictions`` can rank choices by: ``acc_uncond`` only where every
     prediction has its unconditioned log-likelihoods."""
-    names = ["acc", "acc_norm", "acc_per_token"]
-    if all("unconditioned_logliks" in p for p in predictions):
-        names.append("acc_uncond")
-    return names
+    unconditioned = all("unconditioned_logliks" in p for p in predictions)
+    return [name for name in RANKINGS if name != "acc_uncond" or unconditioned]
 
 
 def correctness(predictions: List[Dict[str, Any]], metric: str) -> torch.Tensor:

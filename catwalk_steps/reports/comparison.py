@@ -20,32 +20,10 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-BINARY = "binary"
-CONTINUOUS = "continuous"
-
-#: Per-instance metrics by kind of test: 0/1 or continuous. The request kinds
-#: (``catwalk_steps.kinds``) name their records' per-instance values with these names (the
-#: multiple-choice ones are derived from the choices' log-likelihoods), or with a task's own.
-METRIC_KINDS: Dict[str, str] = {
-    "acc": BINARY,
-    "acc_norm": BINARY,
-    "acc_per_token": BINARY,
-    "acc_uncond": BINARY,
-    "exact_match": BINARY,
-    "f1": CONTINUOUS,
-    "brier": CONTINUOUS,
-    "gold_loglik": CONTINUOUS,
-    "loglik": CONTINUOUS,
-}
-
-TESTS = {BINARY: "exact McNemar", CONTINUOUS: "paired permutation"}
-
-
-def metric_kind(metric: str) -> str:
-    """:data:`METRIC_KINDS`' kind of ``metric``, or of its name before a filter
-    (``exact_match/strict-match`` is an ``exact_match``); any other per-instance number (a task's
-    own metric) is continuous, which the paired permutation test takes whatever its values."""
-    return METRIC_KINDS.get(metric) or METRIC_KINDS.get(metric.split("/")[0]) or CONTINUOUS
+#: The tests of a 0/1 metric and of a continuous one; which a metric is, its request kind says
+#: (``catwalk_steps.kinds``' ``binary``).
+MCNEMAR = "exact McNemar"
+PERMUTATION = "paired permutation"
 
 RESAMPLES = 10_000
 CONFIDENCE = 0.95
@@ -151,22 +129,22 @@ def compare_values(
     metric: str,
     baseline: Sequence[float],
     candidate: Sequence[float],
+    binary: bool,
     confidence: float = CONFIDENCE,
     resamples: int = RESAMPLES,
     seed: int = 0,
 ) -> Comparison:
-    """Compares per-instance values of ``metric`` (same instances, same order), tested as
-    :func:`metric_kind` says its kind is."""
-    kind = metric_kind(metric)
+    """Compares per-instance values of ``metric`` (same instances, same order): a ``binary`` (0/1)
+    metric by the exact McNemar test, any other by the paired permutation test."""
     b, c = np.asarray(baseline, dtype=np.float64), np.asarray(candidate, dtype=np.float64)
     if b.shape != c.shape or b.ndim != 1 or len(b) == 0:
         raise ValueError(f"{metric}: need two equally long, non-empty lists of values, got {len(b)} and {len(c)}")
-    if kind == BINARY and not np.all(np.isin(b, (0, 1)) & np.isin(c, (0, 1))):
+    if binary and not np.all(np.isin(b, (0, 1)) & np.isin(c, (0, 1))):
         raise ValueError(f"{metric} is a 0/1 metric, but its values are not all 0 or 1")
     low, high = bootstrap_ci(c - b, confidence, resamples, seed)
-    common = dict(metric=metric, test=TESTS[kind], n=len(b), baseline=float(b.mean()), candidate=float(c.mean()),
-                  delta=float(c.mean() - b.mean()), ci_low=low, ci_high=high)
-    if kind == BINARY:
+    common = dict(metric=metric, test=MCNEMAR if binary else PERMUTATION, n=len(b), baseline=float(b.mean()),
+                  candidate=float(c.mean()), delta=float(c.mean() - b.mean()), ci_low=low, ci_high=high)
+    if binary:
         wins, losses, p = mcnemar(b, c)
         return Comparison(**common, p_value=p, wins=wins, losses=losses)
     return Comparison(**common, p_value=permutation_p_value(c - b, resamples, seed))

@@ -14,9 +14,11 @@ class MismatchedPredictions(ValueError):
 
 class PerInstance(Protocol):
     """What comparisons need of a request kind (``catwalk_steps.kinds``): its records'
-    per-instance metrics, by name."""
+    per-instance metrics, by name, and which of them are 0/1 (the test each gets)."""
 
     def values(self, records: Sequence[Mapping[str, Any]]) -> Dict[str, np.ndarray]: ...
+
+    def binary(self, metric: str) -> bool: ...
 
 
 def check_same_instances(baseline: List[Mapping[str, Any]], candidate: List[Mapping[str, Any]]) -> None:
@@ -51,7 +53,8 @@ def compare_predictions(
     seed: int = 0,
 ) -> Dict[str, Any]:
     """Every per-instance metric of ``kind`` that both carry, compared
-    (:func:`.comparison.compare_values`): ``{"n": instances, "metrics": {metric: comparison}}``."""
+    (:func:`.comparison.compare_values`, with the test ``kind`` says it takes):
+    ``{"n": instances, "metrics": {metric: comparison}}``."""
     if not baseline:
         raise MismatchedPredictions("No predictions to compare")
     check_same_instances(baseline, candidate)
@@ -67,7 +70,8 @@ def compare_predictions(
         "resamples": resamples,
         "seed": seed,
         "metrics": {
-            name: compare_values(name, b_values[name], c_values[name], confidence, resamples, seed).to_dict()
+            name: compare_values(name, b_values[name], c_values[name], kind.binary(name), confidence, resamples,
+                                 seed).to_dict()
             for name in shared
         },
     }

@@ -8,17 +8,24 @@ seed when the baseline has several seeds (else with its one row), and a setting'
 the mean of its seeds' differences and their standard deviation: a difference within the seed
 spread is flagged as such."""
 
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence
 
 import numpy as np
 from tango.common.exceptions import ConfigurationError
 
-from .comparison import METRIC_KINDS, RESAMPLES, TESTS, holm, metric_kind
+from .comparison import RESAMPLES, holm
 from .pairing import PerInstance, compare_predictions
 from .replicates import MEAN_OVER_SEEDS
 from .tables import MetricsTable, delta_column, p_column
 
 TASK_COLUMN = "task"
+
+
+class ComparedKind(PerInstance, Protocol):
+    """What a table's comparisons need of a request kind (``catwalk_steps.kinds``): its records'
+    per-instance metrics, and the one its ``Δ`` column shows."""
+
+    def headline_metric(self, records: Sequence[Mapping[str, Any]]) -> Optional[str]: ...
 
 
 def baseline_label(keys: Mapping[str, Any], key_columns: List[str], replicates: Optional[str]) -> str:
@@ -46,14 +53,15 @@ def add_comparisons(
     key_columns: List[str],
     predictions: Mapping[str, List[Dict[str, Any]]],
     baseline: str,
-    kind_of: Callable[[List[Dict[str, Any]]], PerInstance],
+    kind_of: Callable[[List[Dict[str, Any]]], ComparedKind],
     replicates: Optional[str] = None,
     seed: int = 0,
 ) -> MetricsTable:
     """``table`` with ``delta_<m>``, ``delta_<m>_ci_low``/``_ci_high``, ``p_<m>`` (Holm),
     ``p_<m>_uncorrected`` and, for 0/1 metrics, ``wins_<m>``/``losses_<m>`` on every compared
     row, and a caption saying how. ``predictions`` holds each row's records by row name;
-    ``kind_of`` gives records' kind, which says their per-instance metrics."""
+    ``kind_of`` gives records' kind, which says their per-instance metrics and which of them the
+    table's ``Δ`` column shows (its ``headline_metric``, the metric a diff lists by default)."""
     check_baseline(predictions, key_columns, baseline, replicates)
     rows = [dict(row) for row in table.rows]
 
@@ -64,14 +72,18 @@ def add_comparisons(
         return baseline_label(row, key_columns, replicates) == baseline
 
     compared: List[Dict[str, Any]] = []
-    compared_metrics: Set[str] = set()
+    tests: Dict[str, str] = {}  # each compared metric's test
+    headlines: List[str] = []  # the rows' kinds' headline metrics, in row order, once each
     for row in rows:
         if name(row) not in predictions or is_baseline(row):
             continue
         base = _baseline_row(row, [r for r in rows if is_baseline(r) and name(r) in predictions], replicates)
-        result = compare_predictions(kind_of(predictions[name(row)]), predictions[name(base)], predictions[name(row)],
-                                     seed=seed)
-        compared_metrics.update(result["metrics"])
+        kind = kind_of(predictions[name(row)])
+        result = compare_predictions(kind, predictions[name(base)], predictions[name(row)], seed=seed)
+        tests.update((metric, c["test"]) for metric, c in result["metrics"].items())
+        headline = kind.headline_metric(predictions[name(row)])
+        if headline in result["metrics"] and headline not in headlines:
+            headlines.append(headline)
         for metric, c in result["metrics"].items():
             row[delta_column(metric)] = c["delta"]
             row[delta_column(metric, "_ci_low")] = c["ci_low"]
@@ -82,7 +94,9 @@ def add_comparisons(
         compared.append(row)
     if not compared:
         raise ConfigurationError(f"No row of the table but the baseline {baseline!r} has predictions to compare")
-    metrics = [m for m in METRIC_KINDS if m in compared_metrics] + sorted(compared_metrics - set(METRIC_KINDS))
+    # The kinds' headline metrics first: their delta columns come first, and the table's Δ shows
+    # the first (MetricsTable.compared_metric), the metric a diff lists by default.
+    metrics = headlines + sorted(set(tests) - set(headlines))
     for metric in metrics:
         family = [row for row in compared if p_column(metric, corrected=False) in row]
         for row, p in zip(family, holm([row[p_column(metric, corrected=False)] for row in family])):
@@ -100,8 +114,11 @@ def add_comparisons(
         )
         if any(column in row for row in rows)
     ]
-    caption = _caption(baseline, table, metrics, len(compared), seed, replicates)
-    return MetricsTable(table.columns + new_columns, rows, "\n".join(filter(None, [table.caption, caption])))
+    compared_table = MetricsTable(table.columns + new_columns, rows)
+    shown = compared_table.compared_metric() or metrics[0]
+    caption = _caption(baseline, shown, tests[shown], metrics, len(compared), seed, replicates)
+    compared_table.caption = "\n".join(filter(None, [table.caption, caption]))
+    return compared_table
 
 
 def _baseline_row(row: Dict[str, Any], candidates: List[Dict[str, Any]], replicates: Optional[str]) -> Dict[str, Any]:
@@ -133,14 +150,13 @@ def _add_seed_deltas(rows: List[Dict[str, Any]], key_columns: List[str], replica
 
 
 def _caption(
-    baseline: str, table: MetricsTable, metrics: List[str], count: int, seed: int, replicates: Optional[str]
+    baseline: str, shown: str, test: str, metrics: List[str], count: int, seed: int, replicates: Optional[str]
 ) -> str:
-    shown = next((c for c in table.columns if c in metrics), metrics[0])
     others = [m for m in metrics if m != shown]
     lines = [
         f"Δ {shown}: each row minus the baseline {baseline!r}, paired on the same instances;",
         f"95% CI: paired bootstrap ({RESAMPLES:,} resamples of the instances, seed {seed});",
-        f"p: two-sided {TESTS[metric_kind(shown)]} test, Holm-corrected across the table's {count} comparisons.",
+        f"p: two-sided {test} test, Holm-corrected across the table's {count} comparisons.",
     ]
     if others:
         lines.append(f"The CSV and JSON also compare {', '.join(others)} (each its own Holm family).")

@@ -77,8 +77,8 @@ class MetricsTable:
 
     def display_columns(self) -> List[str]:
         """The columns people read: a standard error shares its accuracy's cell, a seed spread its
-        mean's; a comparison shows as ``Δ <metric> [95% CI]`` and ``p`` for the first compared
-        metric."""
+        mean's; a comparison shows as ``Δ <metric> [95% CI]`` and ``p`` for the metric of the first
+        delta column (:meth:`compared_metric`)."""
         shown = [
             c for c in self.columns
             if not (c.endswith(STDERR_SUFFIX) and c.removesuffix(STDERR_SUFFIX) in self.columns)
@@ -88,8 +88,10 @@ class MetricsTable:
         return shown + ([f"Δ {compared} [95% CI]", "p"] if compared else [])
 
     def compared_metric(self) -> Optional[str]:
-        """The first metric column with a paired comparison, if any."""
-        return next((c for c in self.columns if delta_column(c) in self.columns), None)
+        """The metric of the first delta column, if it is a column of the table: the comparisons
+        (:mod:`.table_comparisons`) put the request kinds' headline metric first."""
+        metric_of = {delta_column(c): c for c in self.columns}
+        return next((metric_of[c] for c in self.columns if c in metric_of), None)
 
     def text_columns(self) -> List[str]:
         """The columns that name a row (task, model, ...), as opposed to its numbers."""

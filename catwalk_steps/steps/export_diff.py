@@ -86,8 +86,9 @@ class ExportDiffStep(Step):
         :param baseline: a ``catwalk::predict`` result.
         :param candidate: another, of the same instances.
         :param metric: the 0/1 per-instance metric whose changes to list (``acc``, ``exact_match``,
-            ...); by default the kind's: ``acc`` for choices and targets, ``exact_match`` (or
-            the first 0/1 score, ``exact_match/strict-match``) for generations.
+            ...); by default the one a table's ``Δ`` column shows (the kind's
+            ``headline_metric``): ``acc`` for choices and targets, ``exact_match`` (or the task's
+            first 0/1 score, ``exact_match/strict-match``) for generations.
         :param baseline_name: how ``diff.md`` names the baseline.
         :param candidate_name: how ``diff.md`` names the candidate.
         :param task: the task the predictions are of, for the prompts and gold answers.
@@ -104,7 +105,10 @@ class ExportDiffStep(Step):
             settings["chat"] = chat.format(template_renderer(spec.load_tokenizer(), chat.template, spec.pretrained))
         instances = task.instances(split, limit, **settings) if task is not None else None
         texts = None if instances is None else {i.id: kind.instance_text(i) for i in instances}
-        diff = diff_records(kind, baseline, candidate, metric or kind.diff_metric(baseline), texts)
+        metric = metric or kind.headline_metric(baseline)  # the table's Δ metric
+        if metric is None:
+            raise ValueError(f"{kind.name} predictions have no per-instance 0/1 metric to diff")
+        diff = diff_records(kind, baseline, candidate, metric, texts)
         out = Path(output_dir).resolve()
         out.mkdir(parents=True, exist_ok=True)
         lines = "".join(json.dumps(entry) + "\n" for entry in diff["changed"])

@@ -109,7 +109,9 @@ class TabulateMetricsStep(Step):
     ``baseline`` with ``predictions`` paired comparisons with a baseline row
     (:mod:`..reports.table_comparisons`)."""
 
-    VERSION = "cw2"  # cw2: standard-error columns, macro averages
+    # cw2: standard-error columns, macro averages. cw3: a comparison's Δ shows the request kinds' headline
+    # metric (the one a diff lists), not the first by name: a table cached before may show another.
+    VERSION = "cw3"
     FORMAT = MetricsTableFormat()
     # Tables without comparisons or replicates keep the keys they had before these existed.
     SKIP_DEFAULT_ARGUMENTS = {"baseline": None, "predictions": None, "replicates": None}

@@ -56,12 +56,39 @@ def shown_outputs(marker: str) -> List[str]:
 
 
 def table_rows(block: str) -> List[List[str]]:
-    """The cells of each row of a table printed on a terminal (``│``-separated). A table too wide
-    for the terminal is printed in parts ("continued"), each starting with the row's label: a
-    row's later parts are joined to its first."""
-    rows: Dict[str, List[str]] = {}
-    for line in block.splitlines():
+    """The cells of each row of the tables printed on a terminal (``│``-separated). A table too
+    wide for the terminal is printed in parts ("continued"), each repeating the rows' first cells:
+    a part whose rows start as the previous table's do is joined to it, row by row."""
+    tables: List[List[List[str]]] = []
+    part: List[List[str]] = []
+    for line in [*block.splitlines(), ""]:
         if "│" in line:
-            label, *cells = [cell.strip() for cell in line.split("│")[1:-1]]
-            rows.setdefault(label, []).extend(cells)
-    return [[label, *cells] for label, cells in rows.items()]
+            part.append([cell.strip() for cell in line.split("│")[1:-1]])
+            continue
+        if part and tables and [row[0] for row in part] == [row[0] for row in tables[-1]]:
+            tables[-1] = [row + other[1:] for row, other in zip(tables[-1], part)]
+        elif part:
+            tables.append(part)
+        part = []
+    return [row for table in tables for row in table]
+
+
+NUMBER = re.compile(r"[-+]?\d+(?:\.(\d+))?")
+
+
+def same_cell(shown: str, printed: str) -> bool:
+    """Whether a page's cell says what the run printed: the same text, its decimal numbers allowed
+    to differ by one unit of their last digit (a float summed in another order, rounded on the
+    other side of a boundary); whole numbers (counts) exactly."""
+    if NUMBER.sub("#", shown) != NUMBER.sub("#", printed):
+        return False
+    pairs = zip(NUMBER.finditer(shown), NUMBER.finditer(printed))
+    return all(a.group() == b.group() if a.group(1) is None else
+               abs(float(a.group()) - float(b.group())) <= 1.01 * 10 ** -len(a.group(1)) for a, b in pairs)
+
+
+def missing_rows(shown_block: str, output: str) -> List[List[str]]:
+    """The rows of a page's table that the run's printed tables lack (see :func:`same_cell`)."""
+    printed = table_rows(output)
+    return [row for row in table_rows(shown_block) if not any(
+        len(row) == len(other) and all(map(same_cell, row, other)) for other in printed)]

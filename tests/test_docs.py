@@ -19,7 +19,7 @@ from tango.step_graph import StepGraph
 from catwalk_steps.tasks import Task
 
 from .conftest import REPO
-from .documented import PAGES, code_blocks, documented_argv, shell_commands
+from .documented import PAGES, code_blocks, documented_argv, missing_rows, shell_commands, table_rows
 
 README_LINES = 250
 # Measurement scripts (minutes each, on the reference's side too): their figures are what they
@@ -152,3 +152,12 @@ def test_every_page_is_in_the_sites_table_of_contents():
     index = (REPO / "docs" / "index.md").read_text()
     pages = {page.stem for page in PAGES if page.parent.name == "docs"} - {"index"}
     assert not {page for page in pages if f"\n{page}\n" not in index}
+
+
+def test_a_shown_table_matches_its_run_to_the_last_digit_shown():
+    printed = " │ run │ 0.9453 ± 0.0202 │ 128 │\n"
+    assert not missing_rows(" │ run │ 0.9454 ± 0.0201 │ 128 │", printed)
+    assert missing_rows(" │ run │ 0.9455 ± 0.0202 │ 128 │", printed)
+    assert missing_rows(" │ run │ 0.9453 ± 0.0202 │ 127 │", printed)
+    parts = " │ a │ 1 │\n │ b │ 2 │\n┃ a ┃ x ┃\n │ a │ 3 │\n │ b │ 4 │\n"  # a table printed in two parts
+    assert table_rows(parts) == [["a", "1", "3"], ["b", "2", "4"]]

@@ -25,13 +25,18 @@ def code_blocks(language: str, pages: List[Path] = PAGES) -> List[Tuple[Path, st
     return [(page, text) for page in pages for lang, text in FENCE.findall(page.read_text()) if lang == language]
 
 
+def command_of(line: str) -> str:
+    """A shell line as a command: its comment cut, its whitespace runs one space."""
+    return re.sub(r"\s+", " ", line.split(" #")[0]).strip()
+
+
 def shell_commands(pages: List[Path] = PAGES) -> Dict[str, Path]:
     """Every command of every ``bash`` block (continuation lines joined, comments cut), with the
     page that shows it."""
     commands = {}
     for page, text in code_blocks("bash", pages):
         for line in text.replace("\\\n", " ").splitlines():
-            command = re.sub(r"\s+", " ", line.split(" #")[0]).strip()
+            command = command_of(line)
             if command and not command.startswith("#"):
                 commands[command] = page
     return commands

@@ -12,13 +12,12 @@ import sys
 import pytest
 import rjsonnet
 from tango import Step
-from tango.common import Registrable
 from tango.step_graph import StepGraph
 
 from catwalk_steps.tasks import Task
 
 from .conftest import REPO
-from .documented import PAGES, code_blocks, documented_argv, missing_rows, shell_commands, table_rows
+from .documented import PAGES, code_blocks, command_of, documented_argv, missing_rows, shell_commands, table_rows
 
 README_LINES = 250
 # Measurement scripts (minutes each, on the reference's side too): their figures are what they
@@ -32,8 +31,9 @@ def test_the_readme_is_short():
 
 
 def commands_the_tests_run() -> set:
-    """The commands tests pass to ``documented``, ``documented_argv`` or ``documented_run`` (read from their
-    source: a literal, or a module constant of the tests), and the lines of ``.ci/run``, which runs the README's install and test commands."""
+    """The commands tests pass to ``documented``, ``documented_argv`` or ``documented_run`` (read
+    from their source: a literal, or a module constant of the tests), and the lines of ``.ci/run``,
+    which runs the README's install and test commands."""
     run = set()
     modules = [ast.parse(source.read_text()) for source in (REPO / "tests").glob("*.py")]
     constants = {target.id: node.value.value for module in modules for node in module.body
@@ -45,8 +45,7 @@ def commands_the_tests_run() -> set:
                 argument = node.args[0]
                 if isinstance(argument, ast.Constant) or getattr(argument, "id", None) in constants:
                     run.add(constants[argument.id] if isinstance(argument, ast.Name) else argument.value)
-    ci = (REPO / ".ci" / "run").read_text().splitlines()
-    run.update(re.sub(r"\s+", " ", line.split(" #")[0]).strip() for line in ci)
+    run.update(command_of(line) for line in (REPO / ".ci" / "run").read_text().splitlines())
     return run
 
 
@@ -106,7 +105,7 @@ def unknown_settings(value, where: str):
         return
     kind = value.get("type")
     for base, method, extra in ((Step, "run", STEP_SETTINGS), (Task, "__init__", set())):
-        if isinstance(kind, str) and kind in Registrable._registry[base]:
+        if isinstance(kind, str) and kind in base.list_available():
             registered = base.by_name(kind)
             known = parameters(registered, getattr(registered, method)) | extra
             if known:
@@ -123,7 +122,7 @@ def test_every_config_the_pages_show_names_real_steps_tasks_and_settings(monkeyp
         config = evaluated(block)
         types = re.findall(r'type: "([^"]+)"', block)
         for kind in types:
-            assert kind.split("::")[0] in ("catwalk", "torch", "ref") or kind in Registrable._registry[Task], \
+            assert kind.split("::")[0] in ("catwalk", "torch", "ref") or kind in Task.list_available(), \
                 f"{page.name}: unknown type {kind!r}"
         assert not list(unknown_settings(config, page.name)), f"{page.name}: {block}"
         if "steps" in config and block.startswith("local"):  # a whole config: its graph builds, values checked too

@@ -305,7 +305,7 @@ def training_table(directory: Path, epochs: int, limit: int, batch_size: int = 1
     from tango.workspaces import LocalWorkspace
 
     from catwalk_steps import FinetuneStep
-    from catwalk_steps.training.preparation import tokenized_examples
+    from catwalk_steps.kinds.multiple_choice import choice_examples
     from catwalk_steps.models.loading import ModelSpec
 
     spec, lr = ModelSpec(str(directory)), 1e-4
@@ -314,7 +314,7 @@ def training_table(directory: Path, epochs: int, limit: int, batch_size: int = 1
     print("| data | loop | examples/s | ratio to the plain loop |")
     print("|---|---|---|---|")
     for name, task in training_tasks(directory, limit).items():
-        examples = tokenized_examples(spec.conventions(), task.instances("train", limit), desc="Tokenizing")
+        examples = choice_examples(spec.conventions(), task.instances("train", limit), desc="Tokenizing")
         plain = plain_loops(spec, examples, batch_size, epochs, lr)
         rates = {
             "plain torch loop, every (context, choice) pair encoded": plain[False],

@@ -12,7 +12,7 @@ from catwalk_steps import CalculateMetricsStep, FinetuneStep, PredictStep
 from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.models.weights import load_pretrained, meta_model
 from catwalk_steps.models.rank_classification import RankClassificationCollator, RankClassificationModel
-from catwalk_steps.training.preparation import tokenized_examples
+from catwalk_steps.kinds.multiple_choice import choice_examples
 
 from .conftest import NO_DROPOUT, TINY, TINY_MODEL
 
@@ -145,7 +145,7 @@ def test_gradient_checkpointing_keeps_fewer_activations(tiny_task):
     spec = ModelSpec.parse(TINY_MODEL, config_overrides=NO_DROPOUT)
     tokenizer = spec.load_tokenizer()
     batch = RankClassificationCollator(tokenizer.pad_token_id, 64)(
-        tokenized_examples(spec.conventions(), tiny_task.instances("train", 8), desc="Tokenizing"))
+        choice_examples(spec.conventions(), tiny_task.instances("train", 8), desc="Tokenizing"))
     plain, checkpointed = (
         saved_activation_bytes(RankClassificationModel(spec, gradient_checkpointing=flag).train(), batch)
         for flag in (False, True)

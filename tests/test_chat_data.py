@@ -17,8 +17,8 @@ from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.tasks import GenerationTask
 from catwalk_steps.tasks.chat import ChatFormat
 from catwalk_steps.tasks.instance import DataError
-from catwalk_steps.training.chat_rows import LearntTokens, row_tokens
-from catwalk_steps.training.generative import answer_examples
+from catwalk_steps.training.chat_rows import LearntTokens, row_tokens, sequence_example
+from catwalk_steps.kinds.generation import answer_examples
 
 from .conftest import TINY, write_jsonl
 from .test_generative_finetune import BF16_WEIGHT_TOLERANCE
@@ -152,8 +152,8 @@ def test_fine_tuning_learns_each_assistant_turn_and_nothing_else(tmp_path):
     conventions = spec.conventions()
     render = chat_renderer(conventions.tokenizer, True, strict=True)
     (instance,) = task.instances("train", chat=ChatFormat(render))
-    (example,) = answer_examples(conventions, [[instance]], max_length=128, desc="t",
-                                 chat_rows=lambda i: row_tokens(i, conventions, render, True, LearntTokens()))
+    (example,) = answer_examples(conventions, [[instance]], max_length=128, desc="t", chat_example=lambda i: sequence_example(
+        *row_tokens(i, conventions, render, True, LearntTokens()), 128, i))
     decode = conventions.tokenizer.decode
     ids, mask = example["prompt"] + example["answer"], [False] * len(example["prompt"]) + example["mask"]
     assert decode(ids) == render([dict(role=r, content=c) for r, c in instance.messages], False, continue_final_message=False)

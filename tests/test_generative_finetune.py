@@ -43,7 +43,7 @@ def test_micro_batch_losses_add_up_to_the_global_batch_gradient():
     from catwalk_steps.models.answer_loss import AnswerCollator, AnswerLossModel
     from catwalk_steps.models.loading import ModelSpec
     from catwalk_steps.training.batches import BatchPlan
-    from catwalk_steps.training.generative import loss_divisor
+    from catwalk_steps.kinds import Generation
 
     model = AnswerLossModel(ModelSpec.parse(TINY_MODEL, config_overrides=NO_DROPOUT))
     model.train()
@@ -57,13 +57,17 @@ def test_micro_batch_losses_add_up_to_the_global_batch_gradient():
         sum(losses).backward()
         return torch.cat([p.grad.flatten() for p in model.parameters()])
 
+    def loss_divisor(world_size: int) -> float:  # the step's, as the loop asks the kind for it
+        step_examples = [train[i] for i in plan.step_examples(0)]
+        return Generation.training.loss_divisor(step_examples, plan.micro_batches_per_step // world_size, world_size)
+
     def micro_batch_losses(rank: int, world_size: int, normalised: bool = True):
         for _, indices in plan.micro_batches(0, rank, world_size):
             output = model(**collate([train[i] for i in indices]))
-            yield output["loss"] / (loss_divisor(train, plan, 0, world_size) if normalised else output["tokens"].sum())
+            yield output["loss"] / (loss_divisor(world_size) if normalised else output["tokens"].sum())
 
     tokens = [len(train[i]["answer"]) for i in plan.step_examples(0)]
-    assert sum(tokens[:2]) != sum(tokens[2:]) and loss_divisor(train, plan, 0, 1) == sum(tokens)
+    assert sum(tokens[:2]) != sum(tokens[2:]) and loss_divisor(1) == sum(tokens)
     whole = gradient([model(**collate([train[i] for i in plan.step_examples(0)]))["loss"] / sum(tokens)])
     one_worker = gradient(micro_batch_losses(0, 1))
     two_workers = (gradient(micro_batch_losses(0, 2)) + gradient(micro_batch_losses(1, 2))) / 2  # DDP's average
@@ -126,6 +130,51 @@ def test_bad_validation_settings_are_refused(tiny_task, tool_answers, kind, over
     task = tool_answers if kind == "generate_until" else tiny_task
     with pytest.raises(ConfigurationError, match=message):
         finetune(task, **overrides)
+
+
+def test_a_new_kind_is_one_class_that_fine_tuning_asks_too(tool_answers, workspace):
+    """A kind registered from outside, with its own training objective (here: the answer loss,
+    validated also by the mean answer tokens per instance), is trained on by ``catwalk::finetune``
+    with no other change: its tasks are not mixed with another kind's, a ``val_metric`` it does
+    not measure is refused in its words, and the one it measures chooses the weights."""
+    from catwalk_steps.kinds import KINDS, Generation, TrainingObjective
+    from catwalk_steps.kinds.base import register
+    from catwalk_steps.kinds.generation import GenerationObjective
+
+    class AnswerLengths(GenerationObjective):
+        tasks_called, val_metrics = "answer-length", ("loss", "answer_tokens")
+
+        def generates(self, val_metric):
+            return False
+
+        def check_val_metric(self, val_metric, tasks):
+            TrainingObjective.check_val_metric(self, val_metric, tasks)
+
+        def validation_scores(self, sums, selected, instances):
+            return {**super().validation_scores(sums, selected, instances), "val_answer_tokens": sums[2] / instances}
+
+    class Lengths(Generation):
+        name, training = "answer_lengths", AnswerLengths()
+
+    register(Lengths())
+    try:
+        task = GenerationTask(data_files=tool_answers.data_files, until=["\n"], max_new_tokens=8)
+        task.REQUEST_TYPE = "answer_lengths"
+        with pytest.raises(ConfigurationError, match="tasks must be all answer-length or all generative"):
+            finetune(task, tasks=[task, tool_answers])
+        with pytest.raises(ConfigurationError, match="val_metric must be one of loss, answer_tokens for answer-length"):
+            finetune(task, val_metric="exact_match")
+        step = finetune(task, val_metric="answer_tokens", train_epochs=1, train_limit=8, validation_limit=4)
+        result = step.result(workspace)
+    finally:
+        del KINDS["answer_lengths"]
+    from catwalk_steps.models.loading import ModelSpec
+
+    examples = Generation.training.examples(  # the validation examples' answer tokens, counted apart
+        ModelSpec.parse(TINY_MODEL).conventions(), [task.instances("validation", 4)], 1024, "count", chat_example=None)
+    validations = result.training_metrics["history"]["validations"]
+    assert [v["val_answer_tokens"] for v in validations] == [sum(e["tokens"] for e in examples) / 4]
+    assert result.training_metrics["val_answer_tokens"] == validations[0]["val_answer_tokens"]
 
 
 def test_naming_the_default_val_metric_keeps_the_key(tiny_task, tool_answers):
@@ -311,7 +360,7 @@ def test_val_metric_is_any_metric_the_tasks_report(tool_answers, tmp_path):
     """gsm8k and lm_eval generation tasks name their exact match by filter: ``exact_match`` finds
     it, a named metric is taken as it is, an unknown name is refused with the list of names."""
     from catwalk_steps.tasks import Gsm8kTask, LmEvalTask
-    from catwalk_steps.training.generative import task_metric
+    from catwalk_steps.kinds.generation import task_metric
 
     from .lm_eval_docs import copy_generation_yamls
 

@@ -9,10 +9,11 @@ the answers; every record says its kind (``"kind"``), and :func:`kind_of_records
 for records cached before they said it, recognises the kind by the one field only its records
 hold. Metrics, comparisons, diffs, exports and the command line then ask the records' kind for
 their metrics, their per-instance values (and which are 0/1, the test a comparison makes), the
-one a table and a diff show, and what a diff shows of an instance.
+one a table and a diff show, and what a diff shows of an instance. ``catwalk::finetune`` asks a
+kind's ``training`` (:mod:`.objective`) for its training examples, loss and validation.
 
-A new kind is one module that subclasses :class:`RequestKind` and registers an instance with
-:func:`register`.
+A new kind is one module that subclasses :class:`RequestKind` (and, to be fine-tuned on,
+:class:`.objective.TrainingObjective`) and registers an instance with :func:`register`.
 """
 
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Dict, Iterable, Iterator, List,
 
 import numpy as np
 from tango.common.exceptions import ConfigurationError
+
+from .objective import TrainingObjective
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
@@ -59,6 +62,11 @@ class RequestKind:
     record_field: ClassVar[str]
     #: Whether its records have a per-instance 0/1 metric whose changes a diff lists.
     diffable: ClassVar[bool] = True
+    #: Whether its tasks' prompts can be conversations, under a chat template (their instances
+    #: then have ``in_conversation``: :mod:`..tasks.chat`).
+    conversational: ClassVar[bool] = False
+    #: How ``catwalk::finetune`` trains on its tasks; ``None``: it does not.
+    training: ClassVar[Optional[TrainingObjective]] = None
 
     def requests(self, instances: Sequence[Any], setting: RequestSetting) -> Tuple[List[Any], List[int]]:
         """The requests of ``instances``, in order, and the instance of each (by position)."""
@@ -133,6 +141,11 @@ def register(kind: RequestKind) -> RequestKind:
         raise ValueError(f"A request kind named {kind.name!r} is registered already: {type(KINDS[kind.name]).__name__}")
     KINDS[kind.name] = kind
     return kind
+
+
+def conversational_kinds() -> List[str]:
+    """The names of the kinds whose prompts can be conversations (:attr:`RequestKind.conversational`)."""
+    return [name for name, kind in KINDS.items() if kind.conversational]
 
 
 def kind_named(name: str) -> RequestKind:

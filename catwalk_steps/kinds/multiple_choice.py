@@ -1,11 +1,17 @@
 """Multiple choice (``multiple_choice``): a scoring query per choice of every instance (and per
 choice after the task's unconditioned context, when asked), one record per instance with every
 choice's log-likelihood, and from those the accuracies under each ranking, calibration and, per
-instance, each ranking's 0/1 correctness, the Brier score and the gold choice's log-likelihood."""
+instance, each ranking's 0/1 correctness, the Brier score and the gold choice's log-likelihood.
+
+Fine-tuning (:class:`MultipleChoiceObjective`) ranks each instance's choices as scoring does:
+the loss is the cross-entropy over the choices' summed log-likelihoods, and validation measures
+the accuracy under each ranking and that loss."""
 
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
+import torch
+from tango.common import Tqdm
 
 from ..models.conventions import TokenConventions
 from ..models.scoring import Query, score_queries
@@ -13,6 +19,7 @@ from ..reports.accuracy import RANKINGS, accuracies, choice_scores, correctness,
 from ..reports.calibration import brier_scores, calibration
 from ..tasks import MCInstance
 from .base import Record, RequestKind, RequestSetting, register, with_group
+from .objective import Example, TrainingObjective
 
 
 def top_two_margin(logliks: Sequence[float]) -> float:
@@ -70,11 +77,79 @@ def gold_margins(records: Sequence[Mapping[str, Any]], metric: str) -> np.ndarra
     return gold - scores.max(axis=1)
 
 
+def choice_examples(conventions: TokenConventions, instances: Sequence[MCInstance], desc: str) -> List[Example]:
+    """Multiple-choice instances as the rank-classification loss takes them: each choice's
+    (context, continuation) token ids, encoded as scoring encodes them, its answer's characters
+    (what ``acc_norm`` divides by) and the gold choice."""
+    return [
+        {
+            "queries": [
+                (list(query.context), list(query.continuation))
+                for query in (conventions.pair(context, c) for context, c in instance.pairs())
+            ],
+            "num_chars": instance.answer_lengths(),
+            "label": instance.label,
+        }
+        for instance in Tqdm.tqdm(instances, desc=desc)
+    ]
+
+
+class MultipleChoiceObjective(TrainingObjective):
+    """Rank classification (:mod:`..models.rank_classification`): the loss of a micro-batch is
+    the mean over its instances, so each worker divides it by its micro-batches per step (the
+    global batch is cut into micro-batches of one size). Validation's accuracy ranks by summed
+    log-likelihood (``accuracy``, a task's ``acc``), and, when one chooses the best weights, per
+    character (``acc_norm``) or per token (``acc_per_token``)."""
+
+    tasks_called = "multiple-choice"
+    val_metrics = ("accuracy", "loss", "acc_norm", "acc_per_token")
+    aliases = {"acc": "accuracy"}
+    val_metrics_why = "validation ranks choices by summed log-likelihood, per character and per token, and measures the loss"
+    #: The model's outputs that say which instances an accuracy other than ``acc`` gets right, by record key.
+    picks = {"val_acc_norm": "correct_norm", "val_acc_per_token": "correct_per_token"}
+
+    def record_key(self, val_metric: Optional[str]) -> str:
+        name = self.val_metric(val_metric) or self.val_metrics[0]
+        return "val_acc" if name == "accuracy" else f"val_{name}"
+
+    def examples(self, conventions, instances_per_task, max_length, desc, chat_example) -> List[Example]:
+        return choice_examples(conventions, [i for part in instances_per_task for i in part], desc)
+
+    def model(self, spec, adapter, gradient_checkpointing, shared_context, lm=None):
+        from ..models.rank_classification import RankClassificationModel  # (peft: only once training)
+
+        return RankClassificationModel(spec, adapter, gradient_checkpointing, shared_context, lm=lm)
+
+    def collator(self, model, pad_token_id: int, max_length: int):
+        from ..models.rank_classification import RankClassificationCollator
+
+        return RankClassificationCollator(pad_token_id, max_length, model.shares_contexts,
+                                          model.scoring_lm.config.is_encoder_decoder)
+
+    def loss_divisor(self, step_examples, micro_batches_per_worker: int, world_size: int) -> float:
+        return micro_batches_per_worker
+
+    def validation_sums(self, outputs: Dict[str, torch.Tensor], selected: str) -> torch.Tensor:
+        """Instances right (by summed log-likelihood), their summed loss, their count, and
+        instances right under the ranking that is ``selected``."""
+        correct = outputs["correct"]
+        chosen = outputs[self.picks[selected]] if selected in self.picks else correct
+        count = torch.tensor(correct.shape[0], device=correct.device)
+        return torch.stack([correct.sum(), outputs["losses"].sum(), count, chosen.sum()]).double()
+
+    def validation_scores(self, sums: Sequence[float], selected: str, instances: int) -> Dict[str, float]:
+        correct, loss, count, chosen = sums
+        return {"val_acc": correct / count, "val_loss": loss / count,
+                **({selected: chosen / count} if selected in self.picks else {})}
+
+
 class MultipleChoice(RequestKind):
     name = "multiple_choice"
     journal = "scores"
     description = "Log-likelihood queries"
     record_field = "logliks"
+    conversational = True
+    training = MultipleChoiceObjective()
 
     def requests(self, instances: Sequence[MCInstance], setting: RequestSetting) -> Tuple[List[Query], List[int]]:
         unconditioned = setting.task.unconditioned_context if setting.unconditioned else None

@@ -4,7 +4,7 @@ on an answer given its prompt.
 The answer is the first reference followed by the tokenizer's EOS (so that the model learns to
 stop); the prompt's tokens are read but not in the loss. The forward pass returns the
 micro-batch's *summed* loss: the training loop divides it by the answer tokens of the whole
-global batch (:mod:`catwalk_steps.training.generative`), so that a micro-batch holding few
+global batch (:mod:`catwalk_steps.kinds.generation`), so that a micro-batch holding few
 answer tokens weighs no more per token than one holding many, whatever the micro-batching and
 the device count. Tokens, padding and truncation follow :mod:`.scoring`: an answer is a
 continuation like any other, and the same left-padded batch gives its summed log-likelihood.

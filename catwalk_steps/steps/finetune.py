@@ -34,7 +34,7 @@ class FinetuneStep(Step):
     """Fine-tunes a causal LM as a rank classifier on the train splits of one or more tasks.
 
     The loss is the cross-entropy over each instance's choices, scored by summed log-likelihood;
-    on generative tasks, the cross-entropy of the answer tokens (:mod:`catwalk_steps.training.generative`).
+    on generative tasks, the cross-entropy of the answer tokens (:mod:`catwalk_steps.kinds.generation`).
     ``batch_size`` is the global batch of every optimizer step; ``micro_batch_size`` (the memory
     knob, per device) cuts it into micro-batches that the ``device_count`` DDP workers share out,
     accumulating gradients. The micro-batches, and the dropout masks of each (seeded from the

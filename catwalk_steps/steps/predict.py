@@ -12,6 +12,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.step import StepResources
 
 from ..distributed.devices import check_device_setting, gpu_count, worker_devices
+from ..kinds import conversational_kinds
 from ..models.batch_budget import check_batch_tokens
 from ..models.chat_templates import check_evaluated_template, check_model_template
 from ..models.finetuned import FinetunedModel
@@ -78,7 +79,7 @@ class PredictStep(Step):
             ModelSpec.parse(kwargs["model"])
         check_evaluated_template(kwargs)
         check_prompts(kwargs.get("task"), kwargs.get("split", "validation"), kwargs["apply_chat_template"] is not False)
-        check_chat_settings(kwargs, [kwargs.get("task")])
+        check_chat_settings(kwargs, [kwargs.get("task")], conversational_kinds())
         check_model_template(kwargs)
         return with_model_names(kwargs)
 

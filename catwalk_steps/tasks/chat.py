@@ -27,10 +27,6 @@ logger = logging.getLogger(__name__)
 Render = Callable[..., str]
 #: A demonstration: its question, the delimiter before its answer (in plain text), its answer.
 Turn = Tuple[str, str, str]
-#: The request types whose prompts can be conversations: a perplexity document has no prompt. A
-#: ``loglikelihood`` task's context is one (lm-evaluation-harness builds it so for every output
-#: type) where the task writes it (``prompt_as_conversation``: the lm_eval bridge's tasks).
-CHAT_REQUEST_TYPES = ("multiple_choice", "generate_until")
 
 
 @dataclass(frozen=True)
@@ -58,9 +54,14 @@ class ChatSettings:
         return ChatFormat(render, self.system_instruction, self.multiturn)
 
 
-def check_chat_settings(kwargs: Dict[str, Any], tasks: Sequence[Any]) -> None:
+def check_chat_settings(kwargs: Dict[str, Any], tasks: Sequence[Any], conversational: Sequence[str]) -> None:
     """Raises at graph build for chat settings that cannot be met: wrong types, settings that need
-    a template without one, a task whose requests have no prompt, ``unconditioned`` scoring."""
+    a template without one, a task whose requests have no prompt, ``unconditioned`` scoring.
+
+    ``conversational``: the request types whose prompts can be conversations (the request kinds
+    say: a perplexity document has no prompt). A ``loglikelihood`` task's context is one
+    (lm-evaluation-harness builds it so for every output type) where the task writes it
+    (``prompt_as_conversation``: the lm_eval bridge's tasks)."""
     template = kwargs.get("apply_chat_template", False)
     if not isinstance(template, (bool, str)) or template == "":
         raise ConfigurationError(f"apply_chat_template must be true, false or a template's name, got {template!r}")
@@ -75,10 +76,10 @@ def check_chat_settings(kwargs: Dict[str, Any], tasks: Sequence[Any]) -> None:
         return
     for task in tasks:
         kind = getattr(task, "REQUEST_TYPE", None)
-        if kind is not None and kind not in CHAT_REQUEST_TYPES and not getattr(task, "prompt_as_conversation", False):
+        if kind is not None and kind not in conversational and not getattr(task, "prompt_as_conversation", False):
             raise ConfigurationError(
                 f"apply_chat_template: {type(task).__name__} makes {kind} requests, which have no prompt to put "
-                f"in a conversation (chat templates apply to {', '.join(CHAT_REQUEST_TYPES)})"
+                f"in a conversation (chat templates apply to {', '.join(conversational)})"
             )
     if kwargs.get("unconditioned"):
         raise ConfigurationError("unconditioned scoring (acc_uncond) has no chat form: leave it off with apply_chat_template")

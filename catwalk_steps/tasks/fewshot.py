@@ -79,8 +79,7 @@ def prompted_instances(
     chosen = demonstrations(task, split, numbers, instances) if task.num_shots else [[] for _ in instances]
     if chat is None:
         return [i.with_prefix("".join(d.demonstration() + SEPARATOR for d in ds)) for i, ds in zip(instances, chosen)]
-    as_chat = {MCInstance: chat.multiple_choice, GenerationInstance: chat.generation}
-    return [as_chat[type(i)](i, ds) for i, ds in zip(instances, chosen)]
+    return [i.in_conversation(chat, ds) for i, ds in zip(instances, chosen)]
 
 
 def demonstrations(

@@ -57,6 +57,11 @@ class MCInstance:
         choice_contexts = [prefix + c for c in self.choice_contexts] if self.choice_contexts else None
         return replace(self, context=prefix + self.context, choice_contexts=choice_contexts)
 
+    def in_conversation(self, chat: Any, demonstrations: Sequence["MCInstance"]) -> "MCInstance":
+        """The instance with its ``demonstrations`` as a conversation of ``chat`` (a
+        :class:`.chat.ChatFormat`: it knows how each instance type becomes one)."""
+        return chat.multiple_choice(self, demonstrations)
+
 
 @dataclass(frozen=True)
 class GenerationInstance:
@@ -99,6 +104,10 @@ class GenerationInstance:
 
     def with_prefix(self, prefix: str) -> "GenerationInstance":
         return replace(self, prompt=prefix + self.prompt)
+
+    def in_conversation(self, chat: Any, demonstrations: Sequence["GenerationInstance"]) -> "GenerationInstance":
+        """The instance with its ``demonstrations`` as a conversation of ``chat`` (a :class:`.chat.ChatFormat`)."""
+        return chat.generation(self, demonstrations)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Fine-tuning that gives the same model however it is run (its workers are started by
 :mod:`catwalk_steps.distributed.launch`): on multiple-choice tasks with the rank-classification
-loss, or on generative tasks with the answer's loss (:mod:`.generative`).
+loss, or on generative tasks with the answer's loss: each the request kind's own
+:class:`~catwalk_steps.kinds.TrainingObjective` (:mod:`.trained_kind`: the kind a step trains).
 
 - :mod:`.settings`: ``catwalk::finetune``'s settings, each documented, and their checks;
 - :mod:`.fine_tuning`: one node's part of a run, from the settings to its workers;

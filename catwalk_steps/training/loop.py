@@ -3,7 +3,8 @@
 What makes its result independent of how it was computed:
 - each optimizer step is one whole global batch of the :class:`~.batches.BatchPlan`, its
   micro-batches shared out over the workers, their losses averaged over the whole batch (over
-  its instances for multiple choice, over its answer tokens for generative tasks: :mod:`.generative`);
+  its instances for multiple choice, over its answer tokens for generative tasks: the kind's
+  :class:`~catwalk_steps.kinds.TrainingObjective` says how);
 - before each micro-batch's forward pass the RNG is seeded from (seed, step, micro-batch), so the
   dropout masks do not depend on the rank, the device count or on interruptions;
 - validation is exact (per-instance sums over each worker's shard, summed over workers) and runs
@@ -30,17 +31,17 @@ from tango.integrations.torch import TrainCallback
 from tango.workspace import Workspace
 
 from ..distributed.heap import release_freed_heap_while_training
+from ..kinds import TrainingObjective, kind_named
+from ..kinds.objective import VALIDATION_SUMS
 from ..models.adapters import Adapter
-from ..models.answer_loss import AnswerCollator, AnswerLossModel
 from ..models.loading import ModelSpec
-from ..models.rank_classification import RankClassificationCollator, RankClassificationModel
+from ..models.rank_classification import RankClassificationModel
 from ..models.transfer import on_device
 from ..tracking.settings import Tracking
 from ..tracking.training import TrainingTracker
 from .batches import BatchPlan
 from .callbacks import Callbacks, EngineView, build_callbacks, should_stop
 from .checkpoints import CHECKPOINTS, CheckpointStore, Progress
-from .generative import CHOICE_PICKS, answer_validation_sums, generated_scores, loss_divisor
 from .gradients import clip_gradients
 from .optimizers import build_optimizer, build_schedule
 from .result import write_result
@@ -86,8 +87,8 @@ class TrainingJob:
     decay_biases_and_norms: bool = False
     patience: Optional[int] = None
     tracking: Optional[Tracking] = None  # W&B / TensorBoard, reported by rank 0 (see catwalk_steps.tracking.training)
-    #: Trains answers of generative tasks (:mod:`.generative`) instead of ranking choices.
-    generative: bool = False
+    #: The request kind trained on (its name: the kind, :attr:`objective`, is found in each worker).
+    kind: str = "multiple_choice"
     #: The validation number that chooses the best weights (``val_acc``, ``val_loss``, ``val_<metric>``).
     selected: str = "val_acc"
     #: The tasks, to score validation generations by their rules, and the name of the selected
@@ -95,27 +96,26 @@ class TrainingJob:
     tasks: Optional[List[Any]] = None
     task_metrics: Optional[List[str]] = None
 
+    @property
+    def objective(self) -> TrainingObjective:
+        """What training on :attr:`kind` is: its model, collator, loss divisor and validation."""
+        training = kind_named(self.kind).training
+        assert training is not None, self.kind
+        return training
+
     def build_model(self, lm=None) -> RankClassificationModel:
         """The model to train (``lm``: one whose weights are still on the meta device)."""
-        if self.generative:
-            return AnswerLossModel(self.spec, self.adapter, self.gradient_checkpointing, lm=lm)
-        return RankClassificationModel(self.spec, self.adapter, self.gradient_checkpointing, self.shared_context, lm=lm)
+        return self.objective.model(self.spec, self.adapter, self.gradient_checkpointing, self.shared_context, lm=lm)
 
     def collator(self, model: RankClassificationModel):
         """What turns a list of examples into the model's batch."""
-        encoder_decoder = model.scoring_lm.config.is_encoder_decoder
-        if self.generative:
-            return AnswerCollator(self.pad_token_id, self.max_length, encoder_decoder)
-        return RankClassificationCollator(self.pad_token_id, self.max_length, model.shares_contexts, encoder_decoder)
+        return self.objective.collator(model, self.pad_token_id, self.max_length)
 
     def loss_divisor(self, step: int, world_size: int) -> float:
         """What a micro-batch's loss is divided by, so that with DDP's average over the workers
-        the step's gradient is the global batch's mean: the micro-batches of a worker (whose
-        losses are means over their instances), or the global batch's answer tokens over the
-        workers (generative losses are sums)."""
-        if self.generative:
-            return loss_divisor(self.train, self.plan, step, world_size)
-        return self.plan.micro_batches_per_step // world_size
+        the step's gradient is the global batch's mean (:meth:`.TrainingObjective.loss_divisor`)."""
+        step_examples = [self.train[i] for i in self.plan.step_examples(step)]
+        return self.objective.loss_divisor(step_examples, self.plan.micro_batches_per_step // world_size, world_size)
 
     @cached_property
     def conventions(self):
@@ -142,15 +142,15 @@ def validate(
     model: RankClassificationModel, job: TrainingJob, collate, rank: int, world_size: int, device: torch.device,
     callbacks: Optional[Callbacks] = None, step: int = 0, epoch: int = 0,
 ) -> Dict[str, float]:
-    """Exact accuracy and mean loss over the whole validation split (worker ``rank`` scores every
-    ``world_size``-th instance; the sums, not per-worker means, are combined). In full precision
-    whatever the training precision, as PredictStep scores by default: the two agree. For
-    generative tasks, the loss per answer token, and the exact match when it is ``selected``."""
+    """The kind's validation numbers over the whole validation split (worker ``rank`` scores every
+    ``world_size``-th instance; the sums, not per-worker means, are combined: see
+    :meth:`.TrainingObjective.validation_sums`). In full precision whatever the training
+    precision, as PredictStep scores by default: the two agree."""
     assert job.validation is not None
     model.eval()
+    objective = job.objective
     shard = job.validation[rank::world_size]
-    sums = torch.zeros(4, dtype=torch.float64, device=device)  # correct, loss, count, correct as selected
-    picks = CHOICE_PICKS.get(job.selected)  # a multiple-choice accuracy other than acc chooses the weights
+    sums = torch.zeros(VALIDATION_SUMS, dtype=torch.float64, device=device)
     # Every worker runs as many forward passes (FSDP gathers parameters in each); one whose
     # shard is shorter scores a stand-in batch and drops its numbers.
     longest_shard = -(-len(job.validation) // world_size)
@@ -162,24 +162,13 @@ def validate(
         outputs = model(**on_device(batch, device))
         if items and callbacks:
             callbacks.post_val_batch(step, val_step, epoch, outputs)
-        if items and job.generative:
-            sums[:3] += answer_validation_sums(outputs).to(sums)
-        elif items:
-            selected = outputs[picks] if picks else outputs["correct"]
-            counts = [outputs["correct"].sum(), outputs["losses"].sum(), torch.tensor(len(items), device=device),
-                      selected.sum()]
-            sums += torch.stack(counts).to(sums)
+        if items:
+            sums += objective.validation_sums(outputs, job.selected).to(sums)
     if job.task_metrics:  # greedy generations, scored by each task's rule
-        sums[0] = generated_scores(model.scoring_lm, job.conventions, job.tasks, job.task_metrics, shard,
-                                   job.max_length, job.plan.micro_batch_size)
-    correct, loss, count, selected_correct = _sum_over_workers(sums).tolist()
+        sums[0] = objective.generated_score(model.scoring_lm, job.conventions, job.tasks, job.task_metrics, shard,
+                                            job.max_length, job.plan.micro_batch_size)
+    scores = objective.validation_scores(_sum_over_workers(sums).tolist(), job.selected, len(job.validation))
     model.train()
-    if not job.generative:
-        return {"val_acc": correct / count, "val_loss": loss / count,
-                **({job.selected: selected_correct / count} if picks else {})}
-    scores = {"val_loss": loss / count}  # per answer token
-    if job.task_metrics:
-        scores[job.selected] = correct / len(job.validation)  # one example per instance
     return scores
 
 

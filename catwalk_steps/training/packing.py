@@ -16,7 +16,7 @@ Example = Dict[str, Any]
 
 
 def packed_examples(examples: List[Example], max_length: int) -> List[Example]:
-    """``examples`` (answer-loss examples: :func:`.generative.answer_examples`) packed into
+    """``examples`` (answer-loss examples: :func:`catwalk_steps.kinds.generation.answer_examples`) packed into
     sequences of at most ``max_length`` tokens, longest rows first, each into the fullest
     sequence it fits (best-fit decreasing)."""
     lengths = [len(example["prompt"]) + len(example["answer"]) for example in examples]

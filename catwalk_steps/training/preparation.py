@@ -1,48 +1,27 @@
 """From ``catwalk::finetune``'s settings (:class:`.settings.FinetuneSettings`) to a
 :class:`~.loop.TrainingJob`: the tasks' splits read (a bad data file fails here, before the
-tokenizer or any model is loaded), tokenised for the task kind's loss, and cut into the batch plan
+tokenizer or any model is loaded), made the task kind's training examples (its
+:class:`~catwalk_steps.kinds.TrainingObjective`), and cut into the batch plan
 that every worker follows."""
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
-from tango.common import Tqdm
 from tango.common.exceptions import ConfigurationError
 from tango.workspace import Workspace
 
 from ..models.chat_templates import template_renderer
 from ..models.loading import context_window
 from ..models.prompt_room import generation_requests
-from ..tasks import MCInstance
 from ..tasks.chat import ChatFormat
 from ..tracking.settings import Tracking
 from .batches import BatchPlan, micro_batch_size_for
-from .chat_rows import LearntTokens, check_generation_markers, row_tokens
-from .generative import GENERATIVE, answer_examples, generated_metric, selected_record_key, task_metric, training_kind
+from .chat_rows import LearntTokens, check_generation_markers, row_tokens, sequence_example
 from .loop import TrainingJob
 from .packing import packed_examples
 from .settings import FinetuneSettings
-
-if TYPE_CHECKING:
-    from ..models.conventions import TokenConventions
-
-
-def tokenized_examples(conventions: "TokenConventions", instances: List[MCInstance], desc: str) -> List[Dict[str, Any]]:
-    """Multiple-choice instances as the rank-classification loss takes them: each choice's
-    (context, continuation) token ids, encoded as scoring encodes them, its answer's characters
-    (what ``acc_norm`` divides by) and the gold choice."""
-    return [
-        {
-            "queries": [
-                (list(query.context), list(query.continuation))
-                for query in (conventions.pair(context, c) for context, c in instance.pairs())
-            ],
-            "num_chars": instance.answer_lengths(),
-            "label": instance.label,
-        }
-        for instance in Tqdm.tqdm(instances, desc=desc)
-    ]
+from .trained_kind import objective, trained_kind
 
 
 def training_job(
@@ -75,22 +54,20 @@ def training_job(
     validation_instances = instances(s.validation_split, s.validation_limit)
     conventions, config = conventions or spec.conventions(), spec.load_config()
     max_length = context_window(config)
-    kind = training_kind(tasks)
-    generative = kind == GENERATIVE
+    kind = trained_kind(tasks)
+    training = objective(kind)
     learnt = LearntTokens(s.completion_only_loss, s.assistant_only_loss)
 
-    def chat_rows(instance: Any) -> Tuple[List[int], List[bool]]:
-        return row_tokens(instance, conventions, render, s.apply_chat_template, learnt)
+    def chat_example(instance: Any) -> Optional[Dict[str, Any]]:
+        ids, mask = row_tokens(instance, conventions, render, s.apply_chat_template, learnt)
+        return sequence_example(ids, mask, max_length, instance)
 
     def examples(split: Optional[str], per_task: Optional[List[List[Any]]]) -> Optional[List[Dict[str, Any]]]:
         if per_task is None:
             return None
-        desc = f"Tokenizing {split}"
-        if generative:
-            return answer_examples(conventions, per_task, max_length, desc=desc, chat_rows=chat_rows)
-        return tokenized_examples(conventions, [i for part in per_task for i in part], desc=desc)
+        return training.examples(conventions, per_task, max_length, f"Tokenizing {split}", chat_example)
 
-    if generative and s.val_metric == "exact_match" and validation_instances:  # its budget, checked before training
+    if training.generates(s.val_metric) and validation_instances:  # the generations' budget, checked before training
         generation_requests(conventions, [i for part in validation_instances for i in part], max_length)
     train = examples(s.train_split, train_instances)
     if s.packing:
@@ -126,10 +103,10 @@ def training_job(
         lr_scheduler=s.lr_scheduler,
         decay_biases_and_norms=s.decay_biases_and_norms,
         patience=s.patience,
-        generative=generative,
-        selected=selected_record_key(kind, s.val_metric),
-        tasks=tasks if generated_metric(kind, s.val_metric) else None,
-        task_metrics=[task_metric(t, s.val_metric) for t in tasks] if generated_metric(kind, s.val_metric) else None,
+        kind=kind.name,
+        selected=training.record_key(s.val_metric),
+        tasks=tasks if training.generates(s.val_metric) else None,
+        task_metrics=training.task_metrics(s.val_metric, tasks),
         workspace=workspace,
         step_id=step_id,
         step_name=step_name,

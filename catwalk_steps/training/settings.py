@@ -12,6 +12,7 @@ from tango.common.lazy import Lazy
 from tango.integrations.torch import LRScheduler, Optimizer, TrainCallback
 
 from ..distributed.devices import check_device_setting
+from ..kinds import conversational_kinds
 from ..models.adapters import Adapter, peft_config
 from ..models.chat_templates import check_model_template
 from ..models.loading import ModelSpec
@@ -21,7 +22,7 @@ from ..tasks.base import check_limit, check_prompts, check_split
 from ..tracking.settings import check_tracking
 from .batches import micro_batch_size_for
 from .callbacks import check_callbacks
-from .generative import GENERATIVE, check_val_metric, training_kind
+from .trained_kind import check_val_metric, objective, trained_kind
 from .optimizers import check_schedule, named_lazy
 
 
@@ -276,17 +277,19 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
     if kwargs.get("adapter") is not None:
         peft_config(kwargs["adapter"])
     ModelSpec.parse(kwargs.get("model", ""))
-    check_chat_settings({"apply_chat_template": kwargs.get("apply_chat_template", False)}, kwargs.get("tasks") or [])
+    check_chat_settings({"apply_chat_template": kwargs.get("apply_chat_template", False)}, kwargs.get("tasks") or [],
+                        conversational_kinds())
     check_learnt_tokens(kwargs)
     check_model_template(kwargs)
     return kwargs
 
 
 def check_learnt_tokens(kwargs: Dict[str, Any]) -> None:
-    """``completion_only_loss``, ``assistant_only_loss`` and ``packing`` are for generative tasks
-    (the first two for chat data)."""
+    """``completion_only_loss``, ``assistant_only_loss`` and ``packing`` are for kinds that learn
+    token sequences, generative tasks' (the first two for chat data)."""
     tasks = [task for task in kwargs.get("tasks") or [] if not isinstance(task, Step)]
-    generative = not tasks or training_kind(tasks) == GENERATIVE  # (tasks other steps make: checked when run)
+    # (tasks other steps make: checked when run)
+    generative = not tasks or objective(trained_kind(tasks)).learns_sequences
     for name in ("completion_only_loss", "assistant_only_loss"):
         value = kwargs.get(name)
         if value not in (None, True, False):

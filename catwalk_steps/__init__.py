@@ -9,7 +9,7 @@ import each other in a circle; see docs/architecture.md)::
     command_line                            the commands' flags, tasks and step graphs
     steps                                   the registered Tango steps (thin)
     training, prediction                    what the workers run
-    kinds                                   request kinds: requests, computation, records, metrics
+    kinds                                   request kinds: requests, computation, records, metrics, training
     distributed, tracking                   starting the workers; W&B and TensorBoard
     models, tasks, reports                  weights and scores; tasks and prompts; statistics
     storage                                 the disk

@@ -149,6 +149,9 @@ class GenerationObjective(TrainingObjective):
     def examples(self, conventions, instances_per_task, max_length, desc, chat_example) -> List[Example]:
         return answer_examples(conventions, instances_per_task, max_length, desc, chat_example)
 
+    def example_tokens(self, example: Example) -> int:
+        return len(example["prompt"]) + len(example["answer"])
+
     def model(self, spec, adapter, gradient_checkpointing, shared_context, lm=None):
         from ..models.answer_loss import AnswerLossModel  # (peft: only once training)
 

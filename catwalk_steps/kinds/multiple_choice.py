@@ -115,6 +115,10 @@ class MultipleChoiceObjective(TrainingObjective):
     def examples(self, conventions, instances_per_task, max_length, desc, chat_example) -> List[Example]:
         return choice_examples(conventions, [i for part in instances_per_task for i in part], desc)
 
+    def example_tokens(self, example: Example) -> int:
+        """Every (context, choice) pair's."""
+        return sum(len(context) + len(choice) for context, choice in example["queries"])
+
     def model(self, spec, adapter, gradient_checkpointing, shared_context, lm=None):
         from ..models.rank_classification import RankClassificationModel  # (peft: only once training)
 

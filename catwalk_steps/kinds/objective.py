@@ -84,6 +84,10 @@ class TrainingObjective:
         named ``desc``; an example the window cannot hold is an error before any model loads."""
         raise NotImplementedError
 
+    def example_tokens(self, example: Example) -> int:
+        """The tokens ``example`` feeds the model (the trackers' tokens/s)."""
+        raise NotImplementedError
+
     def model(self, spec: "ModelSpec", adapter: Optional["Adapter"], gradient_checkpointing: bool,
               shared_context: bool, lm: Optional["PreTrainedModel"] = None) -> "RankClassificationModel":
         """The model to train, whose forward pass gives a batch's ``loss`` (``lm``: one whose

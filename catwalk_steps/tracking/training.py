@@ -89,7 +89,7 @@ class TrainingTracker:
 
     def _tokens(self, steps: range) -> int:
         examples = (self.job.train[i] for step in steps for i in self.job.plan.step_examples(step))
-        return sum(map(example_tokens, examples))
+        return sum(map(self.job.objective.example_tokens, examples))  # the kind's count
 
     def _peak_memory_gib(self) -> float:
         if self.device.type == "cuda":
@@ -128,10 +128,3 @@ class TrainingTracker:
                 tracker.summarize(summary)
         self.last_step, self.since = progress.step, time.perf_counter()
 
-
-def example_tokens(example: Dict[str, Any]) -> int:
-    """The tokens a training example feeds the model: every (context, choice) pair of a
-    multiple-choice example, or a generative example's prompt and answer."""
-    if "queries" in example:
-        return sum(len(context) + len(choice) for context, choice in example["queries"])
-    return len(example["prompt"]) + len(example["answer"])

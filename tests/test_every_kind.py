@@ -168,12 +168,14 @@ def test_exported_predictions_are_each_kinds_records(predicted, kind):
 def test_a_new_kind_is_one_class_that_every_judging_step_asks():
     """A kind registered from outside (here: a count per instance) is recognised by its field in
     records cached without ``kind``, and gets metrics, comparisons and exports without another
-    change; a record of no kind is refused naming its fields."""
+    change, and says itself whether chat templates apply to its tasks; a record of no kind is
+    refused naming its fields."""
     import numpy as np
 
-    from catwalk_steps.kinds import KINDS, RequestKind, kind_of_record
+    from catwalk_steps.kinds import KINDS, RequestKind, conversational_kinds, kind_of_record
     from catwalk_steps.kinds.base import register
     from catwalk_steps.steps.export import readable_predictions
+    from catwalk_steps.tasks.chat import check_chat_settings
 
     class Counts(RequestKind):
         name, journal, description, record_field, diffable = "count", "counts", "Counts", "count", False
@@ -196,6 +198,15 @@ def test_a_new_kind_is_one_class_that_every_judging_step_asks():
         assert compared["metrics"]["count"]["delta"] == 1.0
         assert compared["metrics"]["count"]["test"] == "paired permutation"
         assert list(readable_predictions(candidate)) == candidate
+
+        class CountTask:
+            REQUEST_TYPE = "count"
+
+        # Whether its prompts can be conversations is the kind's to say (no list of names to extend).
+        with pytest.raises(ConfigurationError, match="CountTask makes count requests, which have no prompt to put"):
+            check_chat_settings({"apply_chat_template": True}, [CountTask()], conversational_kinds())
+        Counts.conversational = True
+        check_chat_settings({"apply_chat_template": True}, [CountTask()], conversational_kinds())
     finally:
         del KINDS["count"]
     with pytest.raises(ValueError, match="Not a catwalk::predict record of any one kind .*: count, id"):

@@ -104,7 +104,7 @@ def finetune(model, device_count=1, **extra) -> FinetuneStep:
 
 
 @pytest.mark.ddp
-@pytest.mark.parametrize("adapter", [None, "lora"])
+@pytest.mark.parametrize("adapter", [None, pytest.param("lora", marks=pytest.mark.full)])  # quick: test_adapters
 @pytest.mark.parametrize("name", matrix(ARCHITECTURES, quick={"llama"}))
 def test_one_and_two_workers_fine_tune_the_same_model(built, name, adapter, tmp_path):
     if adapter is not None:

@@ -163,7 +163,8 @@ def uninterrupted(trained, request):
     return trained.task, result, request.param
 
 
-@pytest.mark.parametrize("first, then", [(1, 1), (1, 2), pytest.param(2, 1, marks=pytest.mark.full)],
+@pytest.mark.parametrize("first, then", [pytest.param(1, 1, marks=pytest.mark.full), (1, 2),
+                                         pytest.param(2, 1, marks=pytest.mark.full)],
                          ids=["1->1", "1->2", "2->1"])
 def test_interrupted_run_resumes_on_any_device_count(uninterrupted, tmp_path, first, then):
     task, reference, optimizer = uninterrupted

@@ -2,6 +2,7 @@
 plan, derived seeds, kill-safe checkpoints, worker start-up and CPU sharing."""
 
 import os
+import tempfile
 import threading
 
 import pytest
@@ -123,9 +124,12 @@ def _fails_on_rank_one(rank: int, world_size: int, device: torch.device) -> None
 
 
 @pytest.mark.ddp
-def test_parallel_launches_need_no_port_and_a_failing_worker_fails_the_launch(tmp_path):
+def test_parallel_launches_need_no_port_and_a_failing_worker_fails_the_launch(tmp_path, monkeypatch):
     # Two 2-worker groups started at once: no port to race for.
     cpus = [torch.device("cpu")] * 2
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # what the launches leave in the temp folder
     runs = [threading.Thread(target=launch, args=(_sum_of_ranks, cpus, str(tmp_path / name))) for name in "ab"]
     for run in runs:
         run.start()
@@ -138,3 +142,5 @@ def test_parallel_launches_need_no_port_and_a_failing_worker_fails_the_launch(tm
     for _ in range(2):  # whichever worker the agent notices first, the error is rank 1's own
         with pytest.raises(WorkerFailedError, match="(?s)worker 1 of 2 failed first.*ValueError: worker 1 failed"):
             launch(_fails_on_rank_one, cpus)
+    # The agents' log folders go with the launch (torch's default: a torchelastic_* folder each, kept).
+    assert not list(temp.glob("torchelastic_*"))

@@ -66,6 +66,7 @@ def launch(
     """Runs ``fn(rank, world_size, device, *args)`` on one worker per entry of ``devices`` (this
     node's), on every node, with a process group set up. One worker on one node without
     restarts runs in this process."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous import RendezvousTimeoutError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # 1 s of imports: only here
@@ -74,23 +75,27 @@ def launch(
     if len(devices) == 1 and nodes.count == 1 and max_restarts == 0:
         fn(0, 1, devices[0], *args)
         return
-    config = LaunchConfig(
-        min_nodes=nodes.count,
-        max_nodes=nodes.count,
-        nproc_per_node=len(devices),
-        run_id=nodes.run_id,
-        rdzv_backend="c10d",
-        rdzv_endpoint=nodes.endpoint,
-        rdzv_configs={"is_host": nodes.is_host, "join_timeout": nodes.join_timeout},
-        max_restarts=max_restarts,
-        monitor_interval=0.1,
-        start_method=START_METHOD,
-    )
-    with tempfile.TemporaryDirectory(prefix="catwalk-failures-") as reports:
+    with tempfile.TemporaryDirectory(prefix="catwalk-failures-") as folder:
+        reports = Path(folder)
+        config = LaunchConfig(
+            min_nodes=nodes.count,
+            max_nodes=nodes.count,
+            nproc_per_node=len(devices),
+            run_id=nodes.run_id,
+            rdzv_backend="c10d",
+            rdzv_endpoint=nodes.endpoint,
+            rdzv_configs={"is_host": nodes.is_host, "join_timeout": nodes.join_timeout},
+            max_restarts=max_restarts,
+            monitor_interval=0.1,
+            start_method=START_METHOD,
+            # The agents' per-worker files, in this folder (by default a torchelastic_* folder
+            # that nothing removes: one per launch, left in the temp folder).
+            logs_specs=DefaultLogsSpecs(log_dir=str(reports / "elastic")),
+        )
         try:
-            elastic_launch(config, _worker)(fn, devices, get_extra_imported_modules(), Path(reports), args)
+            elastic_launch(config, _worker)(fn, devices, get_extra_imported_modules(), reports, args)
         except ChildFailedError as error:
-            raise WorkerFailedError(_first_failure(error, Path(reports), nodes.count * len(devices))) from error
+            raise WorkerFailedError(_first_failure(error, reports, nodes.count * len(devices))) from error
         except RendezvousTimeoutError as error:  # its own message is empty
             raise TimeoutError(
                 f"{nodes.count} nodes did not all arrive at the rendezvous {nodes.endpoint} (run {nodes.run_id}) "

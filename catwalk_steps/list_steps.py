@@ -31,9 +31,9 @@ class Steps(NamedTuple):
 
 def read(config: str) -> Steps:
     import_extra_module("catwalk_steps")  # its steps must be registered to be built
-    types = {name: step["type"] for name, step in Params.from_file(config).as_dict(quiet=True)["steps"].items()}
-    graph = StepGraph.from_file(config)
-    return Steps(StepGraph.ordered_steps(dict(graph)), types)
+    steps = Params.from_file(config).pop("steps", keep_as_dict=True)  # the config evaluated once
+    types = {name: step["type"] for name, step in steps.items()}
+    return Steps(StepGraph.ordered_steps(dict(StepGraph.from_params(steps))), types)
 
 
 def step_names(steps: Steps, step_type: Optional[str] = None, uncached_in: Optional[str] = None) -> List[str]:

@@ -67,6 +67,14 @@ def generation_records(
     return records
 
 
+def numeric_scores(records: Sequence[Mapping[str, Any]]) -> List[str]:
+    """The names of the numeric scores every record holds (``exact_match``, ``f1``,
+    ``exact_match/strict-match``, ...), in the task's order."""
+    names = records[0]["scores"] if records else ()
+    return [name for name in names
+            if all(name in r["scores"] and isinstance(r["scores"][name], (int, float)) for r in records)]
+
+
 #: The names of the task scores that are 0/1 (before a filter's name).
 BINARY_SCORES = ("exact_match", "acc")
 
@@ -218,14 +226,9 @@ class Generation(RequestKind):
         return score_averages(records)
 
     def values(self, records: Sequence[Mapping[str, Any]]) -> Dict[str, np.ndarray]:
-        """Every numeric score all records hold (``exact_match``, ``f1``, ``exact_match/strict-match``,
-        ...), in the task's order."""
-        names = [name for name in (records[0]["scores"] if records else ()) if all(name in r["scores"] for r in records)]
-        return {
-            name: np.array([r["scores"][name] for r in records], dtype=np.float64)
-            for name in names
-            if all(isinstance(r["scores"][name], (int, float)) for r in records)
-        }
+        """Every numeric score all records hold (:func:`numeric_scores`)."""
+        return {name: np.array([r["scores"][name] for r in records], dtype=np.float64)
+                for name in numeric_scores(records)}
 
     def binary(self, metric: str) -> bool:
         """A task's scores are named by the task (and, for lm_eval tasks, their filter after a
@@ -238,7 +241,7 @@ class Generation(RequestKind):
         """``exact_match``, else the task's first 0/1 score in the task's order
         (``exact_match/strict-match`` before ``exact_match/flexible-extract``, as lm-evaluation-harness
         lists GSM8K's filters), else none."""
-        binary = [name for name in self.values(records) if self.binary(name)]
+        binary = [name for name in numeric_scores(records) if self.binary(name)]
         return "exact_match" if "exact_match" in binary else next(iter(binary), None)
 
     def instance_text(self, instance: GenerationInstance) -> Record:

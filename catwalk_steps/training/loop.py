@@ -48,6 +48,7 @@ from .result import write_result
 from .seeds import derive_seed
 from .strategies import gradient_sync, placed_model
 from .throughput import Throughput, peak_flops
+from .trained_kind import objective
 
 Example = Dict[str, Any]
 logger = logging.getLogger(__name__)
@@ -99,9 +100,7 @@ class TrainingJob:
     @property
     def objective(self) -> TrainingObjective:
         """What training on :attr:`kind` is: its model, collator, loss divisor and validation."""
-        training = kind_named(self.kind).training
-        assert training is not None, self.kind
-        return training
+        return objective(kind_named(self.kind))
 
     def build_model(self, lm=None) -> RankClassificationModel:
         """The model to train (``lm``: one whose weights are still on the meta device)."""
@@ -148,7 +147,7 @@ def validate(
     precision, as PredictStep scores by default: the two agree."""
     assert job.validation is not None
     model.eval()
-    objective = job.objective
+    training = job.objective
     shard = job.validation[rank::world_size]
     sums = torch.zeros(VALIDATION_SUMS, dtype=torch.float64, device=device)
     # Every worker runs as many forward passes (FSDP gathers parameters in each); one whose
@@ -163,11 +162,11 @@ def validate(
         if items and callbacks:
             callbacks.post_val_batch(step, val_step, epoch, outputs)
         if items:
-            sums += objective.validation_sums(outputs, job.selected).to(sums)
+            sums += training.validation_sums(outputs, job.selected).to(sums)
     if job.task_metrics:  # greedy generations, scored by each task's rule
-        sums[0] = objective.generated_score(model.scoring_lm, job.conventions, job.tasks, job.task_metrics, shard,
+        sums[0] = training.generated_score(model.scoring_lm, job.conventions, job.tasks, job.task_metrics, shard,
                                             job.max_length, job.plan.micro_batch_size)
-    scores = objective.validation_scores(_sum_over_workers(sums).tolist(), job.selected, len(job.validation))
+    scores = training.validation_scores(_sum_over_workers(sums).tolist(), job.selected, len(job.validation))
     model.train()
     return scores
 

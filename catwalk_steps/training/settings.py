@@ -289,14 +289,14 @@ def check_learnt_tokens(kwargs: Dict[str, Any]) -> None:
     token sequences, generative tasks' (the first two for chat data)."""
     tasks = [task for task in kwargs.get("tasks") or [] if not isinstance(task, Step)]
     # (tasks other steps make: checked when run)
-    generative = not tasks or objective(trained_kind(tasks)).learns_sequences
+    learns_sequences = not tasks or objective(trained_kind(tasks)).learns_sequences
     for name in ("completion_only_loss", "assistant_only_loss"):
         value = kwargs.get(name)
         if value not in (None, True, False):
             raise ConfigurationError(f"{name} must be true, false or unset (null), got {value!r}")
-        if value is not None and not generative:
+        if value is not None and not learns_sequences:
             raise ConfigurationError(f"{name} says which tokens of chat data are learnt: it is for generative tasks")
-    if kwargs.get("packing") and not generative:
+    if kwargs.get("packing") and not learns_sequences:
         raise ConfigurationError("packing packs the rows of generative tasks; multiple-choice training scores each "
                                  "instance's choices together (shared_context saves their common context instead)")
     if kwargs.get("assistant_only_loss") is not None and kwargs.get("apply_chat_template", False) is False:

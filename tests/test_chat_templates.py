@@ -15,7 +15,7 @@ from tango.workspaces import LocalWorkspace
 from catwalk_steps import CalculateMetricsStep, PredictStep
 from catwalk_steps.models.chat_templates import chat_renderer
 from catwalk_steps.models.loading import ModelSpec
-from catwalk_steps.tasks import GenerationTask, LmEvalTask, PiqaTask
+from catwalk_steps.tasks import GenerationTask, LambadaTask, LmEvalTask, PiqaTask
 from catwalk_steps.tasks.chat import ChatFormat
 from catwalk_steps.tasks.lm_eval_bridge import task_manager
 
@@ -28,6 +28,7 @@ SYSTEM = "You are a careful assistant."
 #: (template, system instruction, multi-turn): Zephyr's with a system turn, folded demonstrations,
 #: and Mistral Instruct's (no system turn: lm-evaluation-harness drops it and retries).
 SETTINGS = [(True, SYSTEM, True), (True, None, False), ("mistral", SYSTEM, True)]
+LAMBADA = LambadaTask(data_files={"test": str(TINY / "perplexity" / "lambada_test.jsonl")})
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +163,36 @@ def test_native_tasks_prompt_as_lm_evaluation_harness_under_a_template(chat_llam
     chat = ChatFormat(chat_renderer(ModelSpec.parse(chat_llama).load_tokenizer(), True), SYSTEM, True)
     piqa = PiqaTask(data_files={"validation": str(TINY / "validation.jsonl")})
     assert [pair for i in piqa.instances("validation", limit=4, chat=chat) for pair in i.pairs()] == theirs
+
+
+@pytest.mark.parametrize("template, system, multiturn", SETTINGS)
+def test_native_lambada_is_lm_evaluation_harness_s_lambada_openai_under_a_template(
+        chat_llama, mistral_default_llama, include_path, template, system, multiturn):
+    """Our ``lambada`` under a template is lm-eval's ``lambada_openai`` under ``--apply_chat_template``,
+    request for request: the passage the user's turn, the last word (its space kept) after the
+    generation prompt; with Mistral's BOS-adding tokenizer one BOS begins each context, whether
+    the template writes none (Zephyr's) or its own (Mistral Instruct's)."""
+    lm = harness(mistral_default_llama if isinstance(template, str) else chat_llama)
+    theirs = harness_requests(lm, include_path, "local_lambada_chat", 0, template, system, multiturn)
+    spec = ModelSpec.parse(chat_llama)
+    conventions = spec.conventions()
+    chat = ChatFormat(chat_renderer(conventions.tokenizer, template), system, multiturn)
+    instances = LAMBADA.instances("test", limit=4, chat=chat)
+    assert [(i.context, i.target) for i in instances] == theirs
+    bos = conventions.tokenizer.bos_token_id
+    for instance in instances:
+        context = conventions.pair(instance.context, instance.target).context
+        assert context[0] == bos and context[1] != bos
+
+
+def test_native_lambada_scores_as_lm_evaluation_harness_under_a_template(chat_llama, harness_chat_runs, tmp_path):
+    step = PredictStep(model=chat_llama, task=LAMBADA, split="test", limit=8, device="cpu", apply_chat_template=True,
+                       system_instruction=SYSTEM, step_name="p")
+    ours = step.result(LocalWorkspace(tmp_path))
+    results, samples = harness_chat_runs["local_lambada_chat"]
+    assert [r["loglik"] for r in ours] == pytest.approx([s["resps"][0][0][0] for s in samples], abs=1e-4)
+    assert [r["is_greedy"] for r in ours] == [s["resps"][0][0][1] for s in samples]
+    assert CalculateMetricsStep(predictions=ours).run(predictions=ours)["acc"] == results["acc,none"]
 
 
 def test_native_demonstrations_are_turns_or_one_folded_turn(tmp_path):

@@ -62,8 +62,8 @@ class RequestKind:
     record_field: ClassVar[str]
     #: Whether its records have a per-instance 0/1 metric whose changes a diff lists.
     diffable: ClassVar[bool] = True
-    #: Whether its tasks' prompts can be conversations, under a chat template (their instances
-    #: then have ``in_conversation``: :mod:`..tasks.chat`).
+    #: Whether its tasks' prompts can be conversations, under a chat template (their tasks'
+    #: ``instances(split, limit, chat)`` then write them: :mod:`..tasks.chat`).
     conversational: ClassVar[bool] = False
     #: How ``catwalk::finetune`` trains on its tasks; ``None``: it does not.
     training: ClassVar[Optional[TrainingObjective]] = None

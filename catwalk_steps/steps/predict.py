@@ -22,7 +22,7 @@ from ..storage.atomic import AtomicJsonFormat
 from ..tango_fixes.class_paths import keep_class_path
 from ..tasks import Task
 from ..tasks.chat import ChatSettings, check_chat_settings
-from ..tasks.base import check_limit, check_prompts, check_split
+from ..tasks.base import check_limit, check_prompts, check_split, holds_conversations
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -77,10 +77,14 @@ class PredictStep(Step):
             raise ConfigurationError(f"dtype must be one of {', '.join(DTYPES)}, got {kwargs['dtype']!r}")
         if isinstance(kwargs.get("model"), str):
             ModelSpec.parse(kwargs["model"])
-        check_evaluated_template(kwargs)
-        check_prompts(kwargs.get("task"), kwargs.get("split", "validation"), kwargs["apply_chat_template"] is not False)
-        check_chat_settings(kwargs, [kwargs.get("task")], conversational_kinds())
-        check_model_template(kwargs)
+        task, split = kwargs.get("task"), kwargs.get("split", "validation")
+        kind = getattr(task, "REQUEST_TYPE", None)
+        conversations = holds_conversations(task, split)
+        check_evaluated_template(kwargs, prompted=kind is None or kind in conversational_kinds(),
+                                 conversations=conversations)
+        check_chat_settings(kwargs, [task], conversational_kinds())
+        check_model_template(kwargs, conversations)  # a tokenizer without a template named before the data asks for one
+        check_prompts(task, split, kwargs["apply_chat_template"] is not False)
         return with_model_names(kwargs)
 
     @property
@@ -121,9 +125,10 @@ class PredictStep(Step):
             setting it was trained with.
         :param apply_chat_template: prompts as conversations in the tokenizer's chat template
             (``true``) or the one of its templates so named, as lm-evaluation-harness's
-            ``--apply_chat_template`` builds them (:mod:`..tasks.chat`): for multiple-choice and
-            generative tasks, native and ``lm_eval`` alike. Unset: the template a fine-tuned model
-            was trained under, else none.
+            ``--apply_chat_template`` builds them (:mod:`..tasks.chat`): for multiple-choice,
+            generative and loglikelihood (LAMBADA) tasks, native and ``lm_eval`` alike; not for
+            perplexity's documents, which have no prompt. Unset: the template a fine-tuned model
+            was trained under (for tasks with prompts), else none.
         :param allow_other_template: evaluate a model fine-tuned under a chat template without it,
             or under another (refused otherwise: its prompts would be text it never saw).
         :param system_instruction: with a template, the system turn (before the task's description).

@@ -9,6 +9,8 @@ import pytest
 from tango.common.exceptions import ConfigurationError
 
 from catwalk_steps import FinetuneStep, PredictStep
+from catwalk_steps.models.chat_templates import chat_renderer
+from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.tasks import GenerationTask, LambadaTask, PerplexityTask, PiqaTask
 
 from .conftest import TINY
@@ -139,3 +141,16 @@ def test_a_chat_fine_tune_s_conversations_are_not_told_to_allow_what_they_cannot
     with pytest.raises(ConfigurationError) as error:
         PredictStep(model=models["chat_finetune"], task=CONVERSATIONS, apply_chat_template=False)
     assert "allow_other_template" not in str(error.value), error.value
+
+
+def test_a_template_refusing_a_system_turn_in_training_names_what_it_takes(chat_llama):
+    """Training renders strictly (a dropped turn would change the data without a word): the refusal
+    says to leave the system turn out or to take a template that has one, and either renders."""
+    tokenizer = ModelSpec.parse(chat_llama).load_tokenizer()
+    turns = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"},
+             {"role": "assistant", "content": "Hello."}]
+    with pytest.raises(ConfigurationError, match="leave the system turns out of the rows, or train under a template "
+                                                 "that takes them"):
+        chat_renderer(tokenizer, "mistral", strict=True)(turns, False)
+    assert "[INST] Hi? [/INST]Hello." in chat_renderer(tokenizer, "mistral", strict=True)(turns[1:], False)
+    assert "Be brief." in chat_renderer(tokenizer, True, strict=True)(turns, False)

@@ -169,9 +169,12 @@ def chat_renderer(
         try:
             return tokenizer.apply_chat_template(messages, **settings)
         except jinja2.exceptions.TemplateError as error:
-            if strict or not any(m["role"] == "system" for m in messages):
+            system = any(m["role"] == "system" for m in messages)
+            if strict or not system:
+                way_out = ("leave the system turns out of the rows, or train under a template that takes them "
+                           "(apply_chat_template)" if system else "write the rows as the template asks")
                 raise ConfigurationError(f"The chat template of {tokenizer.name_or_path} refuses the conversation "
-                                         f"{_roles(messages)}: {error}") from error
+                                         f"{_roles(messages)}: {error}; {way_out}") from error
             if not warned:
                 warned.append(True)
                 logger.warning("The chat template of %s refuses a system turn (%s): the system turns are left out, "

@@ -110,7 +110,15 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("refused, advice, followed", CASES.values(), ids=CASES.keys())
+#: The cases the quick run keeps (the issue's: a chat fine-tune's evaluation without its template,
+#: a model without one, documents); the rest load tokenizers for seconds each, under ``--full``.
+QUICK = {"a chat fine-tune without it", "a chat fine-tune's conversations without it", "no template: one given",
+         "documents under a template", "a chat fine-tune's documents"}
+
+
+@pytest.mark.parametrize("refused, advice, followed", [
+    pytest.param(*case, id=name, marks=() if name in QUICK else pytest.mark.full) for name, case in CASES.items()
+])
 def test_each_chat_refusal_names_a_way_out_that_works(models, refused, advice, followed):
     with pytest.raises(ConfigurationError) as error:
         refused(models)

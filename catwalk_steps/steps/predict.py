@@ -130,7 +130,8 @@ class PredictStep(Step):
             perplexity's documents, which have no prompt. Unset: the template a fine-tuned model
             was trained under (for tasks with prompts), else none.
         :param allow_other_template: evaluate a model fine-tuned under a chat template without it,
-            or under another (refused otherwise: its prompts would be text it never saw).
+            or under another (refused otherwise: its prompts would be text it never saw). Not for
+            conversations, which need a template whatever the model.
         :param system_instruction: with a template, the system turn (before the task's description).
         :param fewshot_as_multiturn: with a template, each demonstration a user and an assistant turn
             (unset: ``true``, as lm-evaluation-harness 0.4.10+), else all folded into one user turn.

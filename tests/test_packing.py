@@ -11,7 +11,8 @@ from tango.workspaces import LocalWorkspace
 from catwalk_steps import FinetuneStep
 from catwalk_steps.models.answer_loss import AnswerCollator, AnswerLossModel
 from catwalk_steps.tasks import GenerationTask, PiqaTask
-from catwalk_steps.training.packing import packed_examples
+from catwalk_steps.models.answer_rows import AnswerRow
+from catwalk_steps.models.packing import packed
 
 from .conftest import TINY, TINY_MODEL, write_jsonl
 from .test_trl_parity import TEMPLATES, messages_rows, our_step
@@ -32,14 +33,20 @@ def zephyr_llama(tmp_path_factory, mistral_tokenizer_path):
     return directory
 
 
+def rows_of(lengths, answer=3):
+    return [AnswerRow((1,) * (n - answer), (2,) * answer, None, answer) for n in lengths]
+
+
 def test_best_fit_decreasing_keeps_every_row_whole_within_the_window():
-    rows = [{"prompt": [1] * n, "answer": [2] * 3, "tokens": 3} for n in (5, 40, 17, 2, 60, 33, 9, 1)]
-    packs = packed_examples(rows, max_length=64)
-    assert sorted(n for pack in packs for n in pack["segments"]) == sorted(len(r["prompt"]) + 3 for r in rows)
-    assert all(sum(pack["segments"]) <= 64 for pack in packs)
+    rows = rows_of([n + 3 for n in (5, 40, 17, 2, 60, 33, 9, 1)])
+    packs = packed(rows, max_length=64)
+    assert sorted(n for pack in packs for n in pack.segments) == sorted(row.length for row in rows)
+    assert all(pack.length <= 64 for pack in packs)
     # Longest first, each into the fullest pack it fits: 63 | 43 + 20 | 36 + 12 + 8 + 5 | 4 (1, 1 and 3 left).
-    assert [pack["segments"] for pack in packs] == [[63], [43, 20], [36, 12, 8, 5], [4]]
-    assert sum(pack["tokens"] for pack in packs) == sum(r["tokens"] for r in rows)
+    assert [list(pack.segments) for pack in packs] == [[63], [43, 20], [36, 12, 8, 5], [4]]
+    assert sum(pack.learnt for pack in packs) == sum(row.learnt for row in rows)
+    with pytest.raises(ValueError, match="longer than the window"):  # rows are cut where they are built
+        packed(rows_of([65]), max_length=64)
 
 
 def job_of(step, tmp_path):
@@ -56,7 +63,7 @@ def test_packed_rows_give_the_unpacked_loss_and_gradients(zephyr_llama, tmp_path
     data = write_jsonl(tmp_path / "train.jsonl", messages_rows(True) + messages_rows(False))
     job = job_of(our_step(zephyr_llama, data, 12, "zephyr", dict(assistant_only_loss=False)), tmp_path)
     rows = job.train
-    packs = packed_examples(rows, job.max_length)
+    packs = packed(rows, job.max_length)
     assert len(packs) < len(rows)  # rows were packed together
     model = AnswerLossModel(job.spec, None, False)
     collate = AnswerCollator(job.pad_token_id, job.max_length)
@@ -70,7 +77,7 @@ def test_packed_rows_give_the_unpacked_loss_and_gradients(zephyr_llama, tmp_path
 
     loss, tokens, gradients = loss_and_gradients(rows)
     packed_loss, packed_tokens, packed_gradients = loss_and_gradients(packs)
-    assert packed_tokens == tokens == sum(r["tokens"] for r in rows)
+    assert packed_tokens == tokens == sum(r.learnt for r in rows)
     assert packed_loss == pytest.approx(loss, rel=TOLERANCE)
     worst = max((packed_gradients[name] - g).norm().item() / max(g.norm().item(), 1e-12)
                 for name, g in gradients.items() if g.norm() > 0)

@@ -151,10 +151,12 @@ def main(argv: Optional[List[str]] = None) -> None:
     if args.leftovers:
         print(" ".join(queued_jobs(sweep_name(args.config, args.leftovers))))
         return
+    if args.finetuning and not args.plan:
+        parser.error("--finetuning needs --plan WORKSPACE")
     steps = read(args.config)
     if args.finetuning:
-        if not args.plan or steps.types.get(args.finetuning) != FINETUNE:
-            parser.error(f"{args.config} has no {FINETUNE} step {args.finetuning!r}" if args.plan else "--finetuning needs --plan")
+        if steps.types.get(args.finetuning) != FINETUNE:
+            parser.error(f"{args.config} has no {FINETUNE} step {args.finetuning!r}")
         print(finetune_job(steps, args.finetuning, args.config, args.plan).line())
     elif args.plan:
         name = sweep_name(args.config, args.plan)

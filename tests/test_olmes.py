@@ -11,11 +11,14 @@ from tango.common.exceptions import ConfigurationError
 from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import CalculateMetricsStep, PredictStep
+from catwalk_steps.reports.accuracy import accuracies
+from catwalk_steps.reports.olmes import olmes_table
 from catwalk_steps.tasks import OlmesTask
 from catwalk_steps.tasks.olmes.configs import CONFIGS, CORE_TASKS
 
-from .conftest import TINY, TINY_MODEL
+from .conftest import REPO, TINY, TINY_MODEL
 from .olmes_wheel import olmes_config, olmes_requests, validation_file, wheel_folder
+from .tango_runs import tango_run
 
 VARIANTS = [(task, variant) for task in CORE_TASKS for variant in ("rc_5shot", "mc_5shot")]
 
@@ -104,9 +107,11 @@ def test_primary_metric_is_olmes_definition_of_our_logliks(alias, tmp_path):
 
 def test_acc_per_char_counts_the_leading_space():
     """OLMES divides by the continuation's whole length; lm-evaluation-harness's acc_norm leaves
-    the space out, and the two pick differently here (-3/2 > -4/3, but -3/3 < -4/4)."""
-    record = {"logliks": [-3.0, -4.0], "num_tokens": [1, 1], "label": 1, "requests": [["Q", " ab"], ["Q", " abc"]]}
+    the space out, and the two pick differently here (-3/3 > -4.4/4, but -3/2 < -4.4/3)."""
+    record = {"logliks": [-3.0, -4.4], "num_tokens": [1, 1], "label": 0, "requests": [["Q", " ab"], ["Q", " abc"]]}
     assert olmes_accuracy(record, "acc_per_char") == 1.0
+    assert accuracies([{**record, "num_chars": [3, 4]}])["acc_norm"] == 1.0
+    assert accuracies([{**record, "num_chars": [2, 3]}])["acc_norm"] == 0.0
     (instance,) = tiny_olmes("piqa:rc::olmes", limit=1).instances("validation")
     assert instance.answer_lengths() == [len(c) for c in instance.continuations]
 
@@ -160,3 +165,47 @@ def test_log_requests_is_refused_for_requests_that_are_not_text_pairs(tmp_path):
     task = WikiTextTask(data_files={"test": str(TINY / "perplexity" / "wikitext_test.jsonl")})
     with pytest.raises(ConfigurationError, match="log_requests: WikiTextTask's loglikelihood_rolling requests are not logged"):
         PredictStep(model=TINY_MODEL, task=task, split="test", log_requests=True, step_name="p")
+
+
+def test_olmes_suite_builds_every_variant_for_every_model():
+    graph = StepGraph.from_file(REPO / "configs" / "olmes_tiny.jsonnet")
+    predicts = {name: graph[name] for name in graph if name.startswith("predict_")}
+    assert sorted(name.removeprefix("predict_tiny_") for name in predicts) == sorted(
+        f"{task}_{f}" for task in CORE_TASKS for f in ("rc", "mc"))
+    assert all(step.kwargs["unconditioned"] for step in predicts.values())
+    assert {step.kwargs["task"].config.alias for step in predicts.values()} == set(CONFIGS)
+    assert sorted(graph["table"].kwargs["metrics"]) == sorted(f"tiny/{t}/{f}" for t in CORE_TASKS for f in ("rc", "mc"))
+
+
+def test_olmes_table_has_each_variant_the_better_and_macro_averages():
+    results = {"m/piqa/rc": {"primary_score": 0.6}, "m/piqa/mc": {"primary_score": 0.7},
+               "m/boolq/rc": {"primary_score": 0.5}, "m/boolq/mc": {"primary_score": 0.4}}
+    table = olmes_table(results)
+    assert table.columns == ["model", "task", "rc", "mc", "best"]
+    assert table.rows == [
+        {"model": "m", "task": "piqa", "rc": 0.6, "mc": 0.7, "best": 0.7},
+        {"model": "m", "task": "boolq", "rc": 0.5, "mc": 0.4, "best": 0.5},
+        {"model": "m", "task": "macro-average", "rc": pytest.approx(0.55), "mc": pytest.approx(0.55),
+         "best": pytest.approx(0.6)},
+    ]
+    with pytest.raises(ConfigurationError, match="m/piqa need both an rc and an mc row"):
+        olmes_table({"m/piqa/rc": {"primary_score": 0.6}})
+    with pytest.raises(ConfigurationError, match="row 'm/piqa' is not model/task/rc or model/task/mc"):
+        olmes_table({"m/piqa": {"primary_score": 0.6}})
+
+
+@pytest.mark.full
+def test_olmes_suite_runs_on_the_tiny_model_offline(tmp_path):
+    output = tango_run("configs/olmes_tiny.jsonnet", tmp_path / "olmes", "olmes")
+    workspace = LocalWorkspace(tmp_path / "olmes")
+    rows = {row["task"]: row for row in workspace.step_result_for_run("olmes", "table").rows}
+    assert list(rows) == CORE_TASKS + ["macro-average"]
+    macro = rows.pop("macro-average")
+    for task, row in rows.items():
+        for f in ("rc", "mc"):
+            metrics = workspace.step_result_for_run("olmes", f"metrics_tiny_{task}_{f}")
+            assert row[f] == metrics["primary_score"] == metrics[CONFIGS[f"{task}:{f}::olmes"].primary_metric]
+            assert metrics["count"] == 8
+        assert row["best"] == max(row["rc"], row["mc"])
+    assert macro["best"] == pytest.approx(sum(row["best"] for row in rows.values()) / len(rows))
+    assert "OLMES v0.1" in output and "macro-average" in output

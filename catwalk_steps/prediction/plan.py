@@ -87,7 +87,8 @@ def _records(plan: PredictionPlan, kind: RequestKind) -> Records:
                             instance_of)
     records = kind.records(instances, requests, instance_of, results, setting)
     if plan.log_requests:
-        records = [{**record, **kind.logged_requests(instance, setting)} for record, instance in zip(records, instances)]
+        records = [{**record, **kind.logged_requests(instance, setting)}
+                   for record, instance in zip(records, instances)]
     return records
 
 

@@ -15,7 +15,9 @@ from tango.common.exceptions import ConfigurationError
 from .tables import MACRO_AVERAGE, MetricsTable
 
 #: OLMES's name of each accuracy, and ours.
-OLMES_NAMES = {"acc_raw": "acc", "acc_per_char": "acc_norm", "acc_per_token": "acc_per_token", "acc_uncond": "acc_uncond"}
+OLMES_NAMES = {
+    "acc_raw": "acc", "acc_per_char": "acc_norm", "acc_per_token": "acc_per_token", "acc_uncond": "acc_uncond",
+}
 
 
 def olmes_metrics(records: List[Mapping[str, Any]], accuracies: Mapping[str, Any]) -> Dict[str, Any]:
@@ -27,8 +29,8 @@ def olmes_metrics(records: List[Mapping[str, Any]], accuracies: Mapping[str, Any
         return {}
     named = {olmes: accuracies[ours] for olmes, ours in OLMES_NAMES.items() if ours in accuracies}
     if primary not in named:
-        raise ValueError(f"primary metric {primary!r} cannot be computed from these records (have: {', '.join(named)}): "
-                         "acc_uncond needs unconditioned: true in catwalk::predict")
+        raise ValueError(f"primary metric {primary!r} cannot be computed from these records (have: "
+                         f"{', '.join(named)}): acc_uncond needs unconditioned: true in catwalk::predict")
     return {**named, "primary_metric": primary, "primary_score": named[primary]}
 
 
@@ -61,7 +63,8 @@ def olmes_table(results: Mapping[str, Mapping[str, Any]]) -> MetricsTable:
         scores.setdefault(model, {}).setdefault(task, {})[formulation] = metrics["primary_score"]
     rows: List[Dict[str, Any]] = []
     for model, tasks in scores.items():
-        model_rows = [{"model": model, "task": task, **both, "best": max(both.values())} for task, both in tasks.items()]
+        model_rows = [{"model": model, "task": task, **both, "best": max(both.values())}
+                      for task, both in tasks.items()]
         average = {column: sum(row[column] for row in model_rows) / len(model_rows) for column in ("rc", "mc", "best")}
         rows += model_rows + [{"model": model, "task": MACRO_AVERAGE, **average}]
     return MetricsTable(["model", "task", "rc", "mc", "best"], rows,

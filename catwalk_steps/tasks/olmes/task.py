@@ -3,6 +3,7 @@ oe-eval makes them, doc for doc."""
 
 import json
 import random
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
@@ -74,14 +75,16 @@ class OlmesTask(MultipleChoiceTask):
         self.format: TaskFormat = FORMATS[base.task]
         overrides = {"num_shots": num_shots, "limit": limit, "split": split,
                      "random_subsample_seed": random_subsample_seed, "fewshot_seed": fewshot_seed}
-        self.config = OlmesConfig(**{**base.__dict__, **{k: v for k, v in overrides.items() if v is not None}})
+        self.config: OlmesConfig = replace(base, **{k: v for k, v in overrides.items() if v is not None})
         self.check_config(data_files)
         self.HUB_CONFIG = self.format.dataset[1]  # per instance: one class serves every dataset
         self.HUB_SPLITS = {s: s for s in self.format.splits}
-        super().__init__(data_files, self.format.dataset[0], revision, self.config.num_shots, None,
-                         self.config.fewshot_seed, "cloze" if self.config.formulation == "rc" else "mc")
+        super().__init__(data_files, hub_id=self.format.dataset[0], revision=revision, num_shots=self.config.num_shots,
+                         fewshot_seed=self.config.fewshot_seed,
+                         formulation="cloze" if self.config.formulation == "rc" else "mc")
 
     def check_config(self, data_files: Optional[Dict[str, str]]) -> None:
+        """Refuses, at graph build, overrides that OLMES's data or shots cannot meet."""
         config, have = self.config, len(curated_shots(self.format.shots))
         if not 0 <= config.num_shots <= have:
             raise ConfigurationError(f"olmes {config.alias}: num_shots must be 0 to {have} (OLMES's curated shots), "
@@ -90,7 +93,7 @@ class OlmesTask(MultipleChoiceTask):
             raise ConfigurationError(f"olmes {config.alias}: limit must be at least 1, got {config.limit}")
         splits = list(data_files) if data_files else self.format.splits
         if config.split not in splits:
-            where = "data_files" if data_files else f"{'/'.join(filter(None, self.format.dataset))}"
+            where = "data_files" if data_files else "/".join(filter(None, self.format.dataset))
             raise ConfigurationError(f"olmes {config.alias}: no split {config.split!r} in {where} "
                                      f"(have: {', '.join(splits)})")
 
@@ -113,7 +116,7 @@ class OlmesTask(MultipleChoiceTask):
                                      "leave apply_chat_template unset")
 
     def det_hash_object(self) -> Any:
-        return (type(self).__name__, self.VERSION, sorted(self.config.__dict__.items()), self.data_source())
+        return (type(self).__name__, self.VERSION, sorted(asdict(self.config).items()), self.data_source())
 
     def instances(self, split: str, limit: Optional[int] = None, chat: Optional[ChatFormat] = None) -> List[MCInstance]:
         """OLMES's docs of ``split`` in its order (the first ``limit`` of them if given), each

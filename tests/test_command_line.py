@@ -17,7 +17,7 @@ from catwalk_steps.command_line import CONFIGS, evaluate_jsonnet, resolve_tasks
 from catwalk_steps.reports.tables import MetricsTable
 
 from .conftest import REPO
-from .documented import documented, documented_argv
+from .documented import code_blocks, documented, documented_argv
 
 TINY = REPO / "data" / "tiny"
 LOCAL = {
@@ -177,11 +177,16 @@ def test_special_tokens_and_chat_flags_reach_the_steps(tmp_path):
 ])
 def test_the_documented_commands_build_their_steps(command):
     """docs/command-line.md's examples name hub models (no network here): their step graphs are
-    built as the commands build them, and hold what the flags say."""
+    built as the commands build them, and hold what the flags say; the train line's steps are
+    those of the config the page calls its equivalent."""
     argv = documented_argv(command)
-    graph = graph_of({"catwalk_steps.train": train, "catwalk_steps.evaluate": evaluate}[argv[2]], argv[3:])
+    module = {"catwalk_steps.train": train, "catwalk_steps.evaluate": evaluate}[argv[2]]
+    graph = graph_of(module, argv[3:])
     if argv[2] == "catwalk_steps.train":
         assert graph["finetune"].kwargs["device_count"] == 2 and graph["finetune"].kwargs["batch_size"] == 16
+        (equivalent,) = [block for _, block in code_blocks("jsonnet", [REPO / "docs" / "command-line.md"])]
+        assert json.loads(evaluate_jsonnet(module.build(module.parser().parse_args(argv[3:])))) == \
+            json.loads(evaluate_jsonnet(equivalent))
     else:
         assert {step.kwargs["model"] for step in graph.values() if step.kwargs.get("model")} >= {"rc::gpt2", "rc::gpt2-medium"}
 

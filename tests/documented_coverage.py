@@ -21,6 +21,8 @@ RUNNERS = ("documented", "documented_argv", "documented_run")
 
 @dataclass
 class Verdict:
+    """Where each shown command stands in this session."""
+
     run: Dict[str, Set[str]] = field(default_factory=dict)  # command: the tests that ran it
     by_ci: List[str] = field(default_factory=list)
     skipped: Dict[str, Dict[str, str]] = field(default_factory=dict)  # command: {test: why skipped}
@@ -31,7 +33,8 @@ class Verdict:
         lines = [f"{len(self.run)} run by this session's tests, {len(self.by_ci)} by .ci/run"]
         for command, tests in self.skipped.items():
             reasons = {why: [test for test in tests if tests[test] == why] for why in tests.values()}
-            lines.append(f"skipped here: {command} ({'; '.join(f'{len(by)} test(s), e.g. {by[0]}: {why}' for why, by in reasons.items())})")
+            said = "; ".join(f"{len(by)} test(s), e.g. {by[0]}: {why}" for why, by in reasons.items())
+            lines.append(f"skipped here: {command} ({said})")
         lines += [f"not collected here: {command}" for command in self.not_collected]
         return lines + [f"NOT RUN: {command} ({why})" for command, why in self.missing.items()]
 

@@ -14,7 +14,7 @@ import inspect
 import json
 import re
 import textwrap
-from typing import Any, Callable, Collection, Dict, List, Optional, Union, get_args, get_origin
+from typing import Any, Callable, Collection, Dict, List, Optional, Union, get_args, get_origin, get_type_hints
 
 from tango.common import Registrable
 from tango.common.lazy import Lazy
@@ -56,12 +56,13 @@ def add_step_flags(parser: Any, run: Callable, docs: Dict[str, str], taken: Coll
     setting of the step whose ``run()`` this is, but those ``taken`` (the command's own flags, or
     another step's of the same name); returns the settings it added."""
     added = []
+    types = get_type_hints(run)  # the annotations as types, also where a module postpones them
     for name, parameter in settings(run).items():
         if name in taken:
             continue
         parser.add_argument(
-            f"--{name}", default=argparse.SUPPRESS, metavar="VALUE", **value_arguments(parameter.annotation),
-            help=f"{help_text(docs.get(name, ''))} (default: {json.dumps(parameter.default)})",
+            f"--{name}", default=argparse.SUPPRESS, metavar="VALUE", **value_arguments(types.get(name, Any)),
+            help=f"{help_text(docs.get(name, ''))} (default: {json.dumps(parameter.default, default=str)})",
         )
         added.append(name)
     return added

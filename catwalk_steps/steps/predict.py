@@ -120,6 +120,7 @@ class PredictStep(Step):
         max_batch_tokens: Union[int, str] = 16384,
     ) -> List[Dict[str, Any]]:
         """
+        :param split: the split of ``task`` to score.
         :param limit: score only the first ``limit`` instances.
         :param tokenizer: for a model spec, the tokenizer if not the model's own.
         :param add_bos_token: special tokens when encoding (:mod:`..models.conventions`): unset, the

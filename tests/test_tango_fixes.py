@@ -1,14 +1,20 @@
+import gc
 import importlib.metadata
 import json
+import os
 import subprocess
 import sys
+import weakref
 
 import pytest
+from tango.common import logging as tango_logging
 from tango.common.exceptions import ConfigurationError
 from tango.step_graph import StepGraph
 from tango.step_info import EnvironmentMetadata
 
 import catwalk_steps  # noqa: F401  (applies the patch)
+from catwalk_steps.tango_fixes import one_line_errors
+from catwalk_steps.tango_fixes.one_line_errors import TRACEBACKS_VARIABLE
 
 from .conftest import TINY, TINY_MODEL
 from .tango_runs import TANGO
@@ -142,7 +148,38 @@ def test_a_bad_setting_and_a_bad_row_print_two_lines(tmp_path, case):
                           capture_output=True, text=True)
     output = done.stdout + done.stderr
     assert done.returncode != 0 and "Traceback" not in output, output
-    lines = [line for line in output.splitlines() if "Error:" in line or "the full traceback" in line]
+    lines = [line for line in output.splitlines() if "Error:" in line or "its full traceback" in line]
     assert len(lines) == 2 and lines[0].split("ERROR", 1)[-1].strip().startswith(expected % dict(rows=rows)), output
-    traceback_file = lines[1].split("the full traceback: ", 1)[1].split(")")[0]
-    assert open(traceback_file).read().startswith("Traceback (most recent call last)")
+    traceback_file = lines[1].split("its full traceback: the last in ", 1)[1].split(")")[0]
+    assert traceback_file == os.environ[TRACEBACKS_VARIABLE]  # the session's (tests/conftest.py), not the temp folder
+    assert "Traceback (most recent call last)" in open(traceback_file).read()
+
+
+class Held:
+    """Something a failing frame holds (a model, an optimizer): weakly referable, unlike exceptions."""
+
+
+def failing_with(held: Held) -> None:
+    raise ConfigurationError("a setting that cannot be")
+
+
+def test_logged_errors_keep_no_exception_alive_and_share_one_rotating_file(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv(TRACEBACKS_VARIABLE, str(tmp_path / "tracebacks.txt"))
+    monkeypatch.setattr(one_line_errors, "ROTATE_AT", 1)
+    held = Held()
+    alive = weakref.ref(held)
+    try:
+        failing_with(held)
+    except ConfigurationError as e:
+        tango_logging.log_exc_info(type(e), e, e.__traceback__)
+        tango_logging.log_exc_info(type(e), e, e.__traceback__)  # the step's log, then the excepthook's: once
+    del held
+    gc.collect()
+    assert alive() is None  # Tango 1.3.2's fix kept every logged exception, and its frames, for good
+    assert [r.getMessage().splitlines()[0] for r in caplog.records] == ["ConfigurationError: a setting that cannot be"]
+    try:
+        failing_with(Held())
+    except ConfigurationError as e:
+        tango_logging.log_exc_info(type(e), e, e.__traceback__)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["tracebacks.txt", "tracebacks.txt.1"]
+    assert all("failing_with" in (tmp_path / name).read_text() for name in ("tracebacks.txt", "tracebacks.txt.1"))

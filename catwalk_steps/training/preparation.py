@@ -17,7 +17,7 @@ from ..models.prompt_room import generation_requests
 from ..tasks.chat import ChatFormat
 from ..tracking.settings import Tracking
 from .batches import BatchPlan, micro_batch_size_for
-from .chat_rows import LearntTokens, check_generation_markers, row_tokens, sequence_example
+from .chat_rows import LearntTokens, check_generation_markers, check_learnt_tokens_apply, row_tokens, sequence_example
 from .loop import TrainingJob
 from .packing import packed_examples
 from .settings import FinetuneSettings
@@ -57,6 +57,9 @@ def training_job(
     kind = trained_kind(tasks)
     training = objective(kind)
     learnt = LearntTokens(s.completion_only_loss, s.assistant_only_loss)
+    if training.learns_sequences:
+        rows = [row for split in (train_instances or [], validation_instances or []) for part in split for row in part]
+        check_learnt_tokens_apply(learnt, rows, conventions.encoder_decoder)
 
     def chat_example(instance: Any) -> Optional[Dict[str, Any]]:
         ids, mask = row_tokens(instance, conventions, render, s.apply_chat_template, learnt)

@@ -17,7 +17,8 @@ from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.tasks import GenerationTask
 from catwalk_steps.tasks.chat import ChatFormat
 from catwalk_steps.tasks.instance import DataError
-from catwalk_steps.training.chat_rows import LearntTokens, row_tokens, sequence_example
+from catwalk_steps.models.answer_rows import answer_row
+from catwalk_steps.training.chat_rows import LearntTokens, row_tokens
 from catwalk_steps.kinds.generation import answer_examples
 
 from .conftest import TINY, write_jsonl
@@ -180,10 +181,10 @@ def test_fine_tuning_learns_each_assistant_turn_and_nothing_else(tmp_path):
     conventions = spec.conventions()
     render = chat_renderer(conventions.tokenizer, True, strict=True)
     (instance,) = task.instances("train", chat=ChatFormat(render))
-    (example,) = answer_examples(conventions, [[instance]], max_length=128, desc="t", chat_example=lambda i: sequence_example(
-        *row_tokens(i, conventions, render, True, LearntTokens()), 128, i))
+    (example,) = answer_examples(conventions, [[instance]], max_length=128, desc="t", chat_example=lambda i, task: answer_row(
+        *row_tokens(i, conventions, render, True, LearntTokens()), 128, keep_start=True, instance=i, task=task))
     decode = conventions.tokenizer.decode
-    ids, mask = example["prompt"] + example["answer"], [False] * len(example["prompt"]) + example["mask"]
+    ids, mask = list(example.prompt + example.answer), [False] * len(example.prompt) + list(example.answer_mask())
     assert decode(ids) == render([dict(role=r, content=c) for r, c in instance.messages], False, continue_final_message=False)
     assert ids[0] != conventions.tokenizer.bos_token_id
     learnt, run = [], []
@@ -194,7 +195,7 @@ def test_fine_tuning_learns_each_assistant_turn_and_nothing_else(tmp_path):
             learnt, run = learnt + [decode(run)], []
     learnt += [decode(run)] if run else []
     assert learnt == ["a sharp knife</s>\n", "a clean towel</s>\n"]
-    assert example["tokens"] == sum(mask) and example["instance"] is instance
+    assert example.learnt == sum(mask) and example.instance is instance
 
 
 def finetune(task, device_count=1, **extra) -> FinetuneStep:

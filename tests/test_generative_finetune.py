@@ -41,6 +41,7 @@ def test_micro_batch_losses_add_up_to_the_global_batch_gradient():
     global batch's tokens (over 1 worker, or 2 whose gradients DDP averages) gives the full
     batch's gradient, which a mean per micro-batch does not."""
     from catwalk_steps.models.answer_loss import AnswerCollator, AnswerLossModel
+    from catwalk_steps.models.answer_rows import AnswerRow
     from catwalk_steps.models.loading import ModelSpec
     from catwalk_steps.training.batches import BatchPlan
     from catwalk_steps.kinds import Generation
@@ -48,7 +49,7 @@ def test_micro_batch_losses_add_up_to_the_global_batch_gradient():
     model = AnswerLossModel(ModelSpec.parse(TINY_MODEL, config_overrides=NO_DROPOUT))
     model.train()
     answers = [([5, 6, 7], [8, 0]), ([9], [0]), ([10, 11], [12, 13, 14, 15, 0]), ([16], [17, 18, 19, 20, 21, 22, 0])]
-    train = [{"prompt": prompt, "answer": answer, "tokens": len(answer)} for prompt, answer in answers]
+    train = [AnswerRow(tuple(prompt), tuple(answer), None, len(answer)) for prompt, answer in answers]
     collate = AnswerCollator(pad_token_id=0, max_length=64)
     plan = BatchPlan(len(train), batch_size=4, micro_batch_size=2, seed=0)
 
@@ -66,7 +67,7 @@ def test_micro_batch_losses_add_up_to_the_global_batch_gradient():
             output = model(**collate([train[i] for i in indices]))
             yield output["loss"] / (loss_divisor(world_size) if normalised else output["tokens"].sum())
 
-    tokens = [len(train[i]["answer"]) for i in plan.step_examples(0)]
+    tokens = [len(train[i].answer) for i in plan.step_examples(0)]
     assert sum(tokens[:2]) != sum(tokens[2:]) and loss_divisor(1) == sum(tokens)
     whole = gradient([model(**collate([train[i] for i in plan.step_examples(0)]))["loss"] / sum(tokens)])
     one_worker = gradient(micro_batch_losses(0, 1))
@@ -81,6 +82,7 @@ def test_an_encoder_decoder_learns_the_answer_and_eos_once(tiny_t5):
     """T5's scoring appends EOS to every target itself: the answer gets no second one, and the
     loss and its token count are HF's own over answer + EOS."""
     from catwalk_steps.models.answer_loss import AnswerCollator, AnswerLossModel, encode_answer
+    from catwalk_steps.models.answer_rows import AnswerRow
     from catwalk_steps.models.conventions import TokenConventions
     from catwalk_steps.models.loading import ModelSpec
 
@@ -92,8 +94,8 @@ def test_an_encoder_decoder_learns_the_answer_and_eos_once(tiny_t5):
     query = encode_answer(conventions, prompt, answer)
     eos = tokenizer.eos_token_id
     assert encode_answer(TokenConventions(tokenizer), prompt, answer).continuation == query.continuation + (eos,)
-    output = model.eval()(**AnswerCollator(tokenizer.pad_token_id, 512)([{"prompt": query.context,
-                                                                          "answer": query.continuation}]))
+    output = model.eval()(**AnswerCollator(tokenizer.pad_token_id, 512)([AnswerRow(query.context, query.continuation,
+                                                                                   None, len(query.continuation) + 1)]))
     labels = torch.tensor([list(query.continuation) + [eos]])
     with torch.no_grad():
         expected = model.lm(input_ids=torch.tensor([list(query.context)]), labels=labels).loss
@@ -115,7 +117,7 @@ def test_an_answer_longer_than_the_window_is_refused_before_training(tmp_path, w
     rows = [{"prompt": "Question: What do you use to cut the box?\nAnswer:", "answers": [" ".join(["a knife"] * 40)]}]
     path = write_jsonl(tmp_path / "long.jsonl", rows * 8)
     task = GenerationTask(data_files={"train": str(path), "validation": str(path)}, max_new_tokens=8)
-    with pytest.raises(ConfigurationError, match="Instance train/0: its answer and its end .* make .* tokens, more than"):
+    with pytest.raises(ConfigurationError, match="Instance train/0: its answer and its end .* make .* tokens, which leave no room for its prompt"):
         finetune(task, train_limit=None).result(workspace)
 
 
@@ -151,7 +153,7 @@ def test_a_new_kind_is_one_class_that_fine_tuning_asks_too(tool_answers, workspa
             TrainingObjective.check_val_metric(self, val_metric, tasks)
 
         def validation_scores(self, sums, selected, instances):
-            return {**super().validation_scores(sums, selected, instances), "val_answer_tokens": sums[2] / instances}
+            return {**super().validation_scores(sums, selected, instances), "val_answer_tokens": sums["tokens"] / instances}
 
     class Lengths(Generation):
         name, training = "answer_lengths", AnswerLengths()
@@ -173,7 +175,7 @@ def test_a_new_kind_is_one_class_that_fine_tuning_asks_too(tool_answers, workspa
     examples = Generation.training.examples(  # the validation examples' answer tokens, counted apart
         ModelSpec.parse(TINY_MODEL).conventions(), [task.instances("validation", 4)], 1024, "count", chat_example=None)
     validations = result.training_metrics["history"]["validations"]
-    assert [v["val_answer_tokens"] for v in validations] == [sum(e["tokens"] for e in examples) / 4]
+    assert [v["val_answer_tokens"] for v in validations] == [sum(e.learnt for e in examples) / 4]
     assert result.training_metrics["val_answer_tokens"] == validations[0]["val_answer_tokens"]
 
 

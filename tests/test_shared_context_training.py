@@ -8,7 +8,7 @@ import torch
 
 from catwalk_steps import FinetuneStep
 from catwalk_steps.models.loading import ModelSpec
-from catwalk_steps.models.rank_classification import RankClassificationCollator, RankClassificationModel
+from catwalk_steps.models.rank_classification import ChoiceRow, RankClassificationCollator, RankClassificationModel
 from catwalk_steps.models.conventions import TokenConventions
 
 from .conftest import NO_DROPOUT, TINY_MODEL
@@ -29,7 +29,7 @@ def examples(tokenizer, shape: str, count: int = 6):
         else:
             pairs = [(context, c) for c in choices]
         queries = [TokenConventions(tokenizer).pair(c, x) for c, x in pairs]
-        rows.append({"queries": [(list(q.context), list(q.continuation)) for q in queries], "label": n % len(pairs)})
+        rows.append(ChoiceRow(tuple(queries), n % len(pairs)))
     return rows
 
 
@@ -68,11 +68,11 @@ def test_batches_that_must_be_cut_and_gradient_checkpointing_use_the_plain_metho
     spec = ModelSpec.parse(TINY_MODEL, config_overrides=NO_DROPOUT)
     rows = examples(spec.load_tokenizer(), "4-choice")
     pad = spec.load_tokenizer().pad_token_id
-    longest = max(len(c) + len(x) for row in rows for c, x in row["queries"])
+    longest = max(len(q.context) + len(q.continuation) for row in rows for q in row.queries)
     collate = RankClassificationCollator(pad, longest - 2, shared_context=True)
     assert "context_ids" not in collate(rows)  # one query is too long: the batch is cut, not shared
     fitting = [row for row in rows  # an instance whose longest context and choice, padded together, fit
-               if max(len(c) for c, _ in row["queries"]) + max(len(x) for _, x in row["queries"]) <= longest - 1]
+               if max(len(q.context) for q in row.queries) + max(len(q.continuation) for q in row.queries) <= longest - 1]
     assert fitting and "context_ids" in collate(fitting[:1])
     assert not RankClassificationModel(spec, gradient_checkpointing=True, shared_context=True).shares_contexts
     assert not RankClassificationModel(spec).shares_contexts

@@ -171,9 +171,8 @@ def our_rows(step: FinetuneStep, tmp_path: Path) -> List[Tuple[List[int], List[i
                        step_name="t", tracking=None)
     rows = []
     for example in job.train:
-        mask = example.get("mask") or [True] * len(example["answer"])
-        labels = [-100] * len(example["prompt"]) + [t if m else -100 for t, m in zip(example["answer"], mask)]
-        rows.append((example["prompt"] + example["answer"], labels))
+        labels = [-100] * len(example.prompt) + [t if m else -100 for t, m in zip(example.answer, example.answer_mask())]
+        rows.append((list(example.prompt + example.answer), labels))
     return rows
 
 

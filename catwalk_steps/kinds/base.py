@@ -67,6 +67,8 @@ class RequestKind:
     conversational: ClassVar[bool] = False
     #: How ``catwalk::finetune`` trains on its tasks; ``None``: it does not.
     training: ClassVar[Optional[TrainingObjective]] = None
+    #: Whether its records can carry their requests as text (:meth:`logged_requests`).
+    logs_requests: ClassVar[bool] = False
 
     def requests(self, instances: Sequence[Any], setting: RequestSetting) -> Tuple[List[Any], List[int]]:
         """The requests of ``instances``, in order, and the instance of each (by position)."""
@@ -124,6 +126,11 @@ class RequestKind:
     def readable(self, records: List[Record]) -> Iterator[Record]:
         """The records as ``catwalk::export_predictions`` writes them."""
         yield from records
+
+    def logged_requests(self, instance: Any, setting: RequestSetting) -> Record:
+        """What ``log_requests`` adds to an instance's record: its requests as text (kinds that
+        say :attr:`logs_requests`)."""
+        raise NotImplementedError
 
 
 def with_group(record: Record, instance: Any) -> Record:

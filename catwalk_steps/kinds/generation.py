@@ -22,7 +22,7 @@ its filter (GSM8K's and lm-eval tasks' ``exact_match/strict-match``). By default
 """
 
 import logging
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -36,7 +36,10 @@ from ..reports.generation import score_averages
 from ..tasks.generative import GenerativeTask
 from ..tasks.instance import GenerationInstance
 from .base import Record, RequestKind, RequestSetting, register, with_group
-from .objective import Example, TrainingObjective
+from .objective import GENERATED, Example, TrainingObjective
+
+if TYPE_CHECKING:
+    from ..models.answer_rows import AnswerRow
 
 logger = logging.getLogger(__name__)
 
@@ -95,17 +98,17 @@ def task_metric(task: Any, val_metric: str) -> str:
 
 
 def answer_examples(conventions, instances_per_task: List[List[GenerationInstance]], max_length: int, desc: str,
-                    chat_example) -> List[Example]:
-    """One example per instance: its prompt and answer tokens, how many tokens its loss sums
-    over, the instance itself and its task's position (for validation by a task's metric).
+                    chat_example) -> List["AnswerRow"]:
+    """One row per instance (:class:`..models.answer_rows.AnswerRow`), cut to the model's window.
 
     Chat data (a conversation, or TRL's prompt/completion row for a causal LM) is one sequence per
-    row, its learnt tokens masked (``chat_example``: the step's chat settings, bound; the answer
-    then carries a ``mask``). Any other row is its prompt and its first reference after the target
-    delimiter, then EOS (for an encoder-decoder, as :mod:`..models.seq2seq` reads it). An answer
-    longer than the model's window is an error before any model loads; a chat row cut to the
-    window with nothing learnt left in it is left out, with a warning (as TRL drops it)."""
-    from ..models.answer_loss import encode_answer, scored_tokens
+    row, its learnt tokens masked, cut keeping its start (``chat_example``: the step's chat
+    settings, bound). Any other row is its prompt and its first reference after the target
+    delimiter, then EOS (for an encoder-decoder, as :mod:`..models.seq2seq` reads it), its prompt
+    cut from the left: an answer that leaves no room for a prompt is an error before any model
+    loads. A chat row with nothing learnt left in the window is left out, with a warning (as TRL
+    drops it)."""
+    from ..models.answer_loss import reference_row
 
     examples, cut = [], 0
     for task, instances in enumerate(instances_per_task):
@@ -116,20 +119,13 @@ def answer_examples(conventions, instances_per_task: List[List[GenerationInstanc
                     "learns a prompt's answer: give prompt/completion or prompt/answers rows)"
                 )
             if instance.messages is not None or (instance.completion_row and not conventions.encoder_decoder):
-                example = chat_example(instance)
-                cut += example is None
-                if example is not None:
-                    examples.append({**example, "task": task})
-                continue
-            query = encode_answer(conventions, instance.prompt, instance.target_delimiter + instance.references[0])
-            tokens = scored_tokens(query.continuation, conventions.encoder_decoder)
-            if tokens > max_length:
-                raise ConfigurationError(
-                    f"Instance {instance.id}: its answer and its end (EOS) make {tokens} tokens, more than the "
-                    f"model's context window of {max_length}"
-                )
-            examples.append({"prompt": list(query.context), "answer": list(query.continuation), "tokens": tokens,
-                             "instance": instance, "task": task})
+                row = chat_example(instance, task)
+                cut += row is None
+            else:
+                row = reference_row(conventions, instance.prompt, instance.target_delimiter + instance.references[0],
+                                    max_length, instance, task)
+            if row is not None:
+                examples.append(row)
     if cut:
         logger.warning("%s: %d rows have nothing to learn within the model's window of %d tokens (their start is "
                        "kept, as TRL keeps it): they are left out", desc, cut, max_length)
@@ -158,7 +154,7 @@ class GenerationObjective(TrainingObjective):
         return answer_examples(conventions, instances_per_task, max_length, desc, chat_example)
 
     def example_tokens(self, example: Example) -> int:
-        return len(example["prompt"]) + len(example["answer"])
+        return example.length
 
     def model(self, spec, adapter, gradient_checkpointing, shared_context, lm=None):
         from ..models.answer_loss import AnswerLossModel  # (peft: only once training)
@@ -172,17 +168,15 @@ class GenerationObjective(TrainingObjective):
 
     def loss_divisor(self, step_examples, micro_batches_per_worker: int, world_size: int) -> float:
         """The answer tokens of the step's global batch over ``world_size`` (the losses are sums)."""
-        return sum(example["tokens"] for example in step_examples) / world_size
+        return sum(example.learnt for example in step_examples) / world_size
 
-    def validation_sums(self, outputs: Dict[str, torch.Tensor], selected: str) -> torch.Tensor:
+    def validation_sums(self, outputs: Dict[str, torch.Tensor], selected: str) -> Dict[str, torch.Tensor]:
         """The summed loss and the answer tokens it is summed over (the generated score is added
         by :meth:`generated_score`)."""
-        losses = outputs["losses"].double()
-        zero = torch.zeros((), dtype=losses.dtype, device=losses.device)
-        return torch.stack([zero, losses.sum(), outputs["tokens"].double().sum(), zero])
+        return {"loss": outputs["losses"].sum(), "tokens": outputs["tokens"].sum()}
 
     def generated_score(self, lm, conventions, tasks, task_metrics, examples, max_length, batch_size) -> float:
-        instances = [example["instance"] for example in examples]
+        instances = [example.instance for example in examples]
         requests = generation_requests(conventions, instances, max_length)
         generations = generate_greedy(
             lm, conventions, requests, pad_token_id=conventions.pad_token_id, max_length=max_length,
@@ -190,14 +184,14 @@ class GenerationObjective(TrainingObjective):
         )
         total = 0.0
         for example, instance, generation in zip(examples, instances, generations):
-            (scores,) = tasks[example["task"]].scores([instance], [generation["text"]])
-            total += scores[task_metrics[example["task"]]]
+            (scores,) = tasks[example.task].scores([instance], [generation["text"]])
+            total += scores[task_metrics[example.task]]
         return total
 
-    def validation_scores(self, sums: Sequence[float], selected: str, instances: int) -> Dict[str, float]:
+    def validation_scores(self, sums: Mapping[str, float], selected: str, instances: int) -> Dict[str, float]:
         """``val_loss`` per answer token, and the generated score per instance where it chooses."""
-        score, loss, tokens, _ = sums
-        return {"val_loss": loss / tokens, **({selected: score / instances} if selected != "val_loss" else {})}
+        return {"val_loss": sums["loss"] / sums["tokens"],
+                **({selected: sums[GENERATED] / instances} if GENERATED in sums else {})}
 
 
 class Generation(RequestKind):

@@ -7,7 +7,7 @@ Fine-tuning (:class:`MultipleChoiceObjective`) ranks each instance's choices as 
 the loss is the cross-entropy over the choices' summed log-likelihoods, and validation measures
 the accuracy under each ranking and that loss."""
 
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -17,9 +17,13 @@ from ..models.conventions import TokenConventions
 from ..models.scoring import Query, score_queries
 from ..reports.accuracy import RANKINGS, accuracies, choice_scores, correctness, rankings
 from ..reports.calibration import brier_scores, calibration
+from ..reports.olmes import olmes_metrics
 from ..tasks import MCInstance
 from .base import Record, RequestKind, RequestSetting, register, with_group
 from .objective import Example, TrainingObjective
+
+if TYPE_CHECKING:
+    from ..models.rank_classification import ChoiceRow
 
 
 def top_two_margin(logliks: Sequence[float]) -> float:
@@ -77,19 +81,14 @@ def gold_margins(records: Sequence[Mapping[str, Any]], metric: str) -> np.ndarra
     return gold - scores.max(axis=1)
 
 
-def choice_examples(conventions: TokenConventions, instances: Sequence[MCInstance], desc: str) -> List[Example]:
-    """Multiple-choice instances as the rank-classification loss takes them: each choice's
-    (context, continuation) token ids, encoded as scoring encodes them, its answer's characters
-    (what ``acc_norm`` divides by) and the gold choice."""
+def choice_examples(conventions: TokenConventions, instances: Sequence[MCInstance], desc: str) -> List["ChoiceRow"]:
+    """Multiple-choice instances as the rank-classification loss takes them
+    (:class:`..models.rank_classification.ChoiceRow`), each choice encoded as scoring encodes it."""
+    from ..models.rank_classification import ChoiceRow  # (peft: only once training)
+
     return [
-        {
-            "queries": [
-                (list(query.context), list(query.continuation))
-                for query in (conventions.pair(context, c) for context, c in instance.pairs())
-            ],
-            "num_chars": instance.answer_lengths(),
-            "label": instance.label,
-        }
+        ChoiceRow(tuple(conventions.pair(context, c) for context, c in instance.pairs()), instance.label,
+                  tuple(instance.answer_lengths()))
         for instance in Tqdm.tqdm(instances, desc=desc)
     ]
 
@@ -117,7 +116,7 @@ class MultipleChoiceObjective(TrainingObjective):
 
     def example_tokens(self, example: Example) -> int:
         """Every (context, choice) pair's."""
-        return sum(len(context) + len(choice) for context, choice in example["queries"])
+        return sum(len(query.context) + len(query.continuation) for query in example.queries)
 
     def model(self, spec, adapter, gradient_checkpointing, shared_context, lm=None):
         from ..models.rank_classification import RankClassificationModel  # (peft: only once training)
@@ -133,18 +132,18 @@ class MultipleChoiceObjective(TrainingObjective):
     def loss_divisor(self, step_examples, micro_batches_per_worker: int, world_size: int) -> float:
         return micro_batches_per_worker
 
-    def validation_sums(self, outputs: Dict[str, torch.Tensor], selected: str) -> torch.Tensor:
+    def validation_sums(self, outputs: Dict[str, torch.Tensor], selected: str) -> Dict[str, torch.Tensor]:
         """Instances right (by summed log-likelihood), their summed loss, their count, and
         instances right under the ranking that is ``selected``."""
         correct = outputs["correct"]
         chosen = outputs[self.picks[selected]] if selected in self.picks else correct
-        count = torch.tensor(correct.shape[0], device=correct.device)
-        return torch.stack([correct.sum(), outputs["losses"].sum(), count, chosen.sum()]).double()
+        return {"correct": correct.sum(), "loss": outputs["losses"].sum(),
+                "count": torch.tensor(correct.shape[0], device=correct.device), "chosen": chosen.sum()}
 
-    def validation_scores(self, sums: Sequence[float], selected: str, instances: int) -> Dict[str, float]:
-        correct, loss, count, chosen = sums
-        return {"val_acc": correct / count, "val_loss": loss / count,
-                **({selected: chosen / count} if selected in self.picks else {})}
+    def validation_scores(self, sums: Mapping[str, float], selected: str, instances: int) -> Dict[str, float]:
+        count = sums["count"]
+        return {"val_acc": sums["correct"] / count, "val_loss": sums["loss"] / count,
+                **({selected: sums["chosen"] / count} if selected in self.picks else {})}
 
 
 class MultipleChoice(RequestKind):
@@ -155,9 +154,10 @@ class MultipleChoice(RequestKind):
     conversational = True
     training = MultipleChoiceObjective()
 
+    logs_requests = True
+
     def requests(self, instances: Sequence[MCInstance], setting: RequestSetting) -> Tuple[List[Query], List[int]]:
-        unconditioned = setting.task.unconditioned_context if setting.unconditioned else None
-        return choice_queries(setting.conventions, instances, unconditioned)
+        return choice_queries(setting.conventions, instances, unconditioned_context(setting))
 
     def work(self, requests: Sequence[Query]) -> Any:
         return query_work(requests)
@@ -169,7 +169,8 @@ class MultipleChoice(RequestKind):
         return choice_records(instances, requests, results)
 
     def metrics(self, records: List[Record]) -> Dict[str, Any]:
-        return {**accuracies(records), **calibration(records)}
+        measured = accuracies(records)
+        return {**measured, **calibration(records), **olmes_metrics(records, measured)}
 
     def values(self, records: Sequence[Mapping[str, Any]]) -> Dict[str, np.ndarray]:
         records = list(records)
@@ -206,6 +207,20 @@ class MultipleChoice(RequestKind):
         for n, record in enumerate(records):
             picks = {name: chosen[name][n] for name in names}
             yield {**record, "chosen": picks, "correct": {name: pick == record["label"] for name, pick in picks.items()}}
+
+    def logged_requests(self, instance: MCInstance, setting: RequestSetting) -> Record:
+        """Each choice's ``[context, continuation]``, in choice order, as scored (and after the
+        unconditioned context alone, where scored)."""
+        logged: Record = {"requests": [list(pair) for pair in instance.pairs()]}
+        alone = unconditioned_context(setting)
+        if alone is not None:
+            logged["unconditioned_requests"] = [[alone, c] for c in instance.continuations]
+        return logged
+
+
+def unconditioned_context(setting: RequestSetting) -> Optional[str]:
+    """What each choice is also scored after alone, if the step asks (``unconditioned``) and the task has it."""
+    return setting.task.unconditioned_context if setting.unconditioned else None
 
 
 def query_work(queries: Sequence[Query]) -> Any:

@@ -7,7 +7,9 @@ same for every kind: a new trainable kind is its objective, in the kind's own mo
 
 Every validation number is a sum over the validation split's instances, summed over the workers
 before it is divided (:meth:`TrainingObjective.validation_sums`, then
-:meth:`TrainingObjective.validation_scores`), so that it is exact whatever the device count.
+:meth:`TrainingObjective.validation_scores`), so that it is exact whatever the device count. The
+sums are named (``loss``, ``count``, ...): each kind says what it sums, and the loop sums them
+by name.
 """
 
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -23,14 +25,16 @@ if TYPE_CHECKING:
     from ..models.loading import ModelSpec
     from ..models.rank_classification import RankClassificationModel
 
-Example = Dict[str, Any]
-#: A chat row (a conversation, or a prompt/completion row learnt as one sequence) as a training
-#: example, or ``None`` where the model's window leaves nothing of it to learn: the step's chat
-#: settings, bound (:mod:`catwalk_steps.training.chat_rows`).
-ChatExample = Callable[[Any], Optional[Example]]
-
-#: The width of :meth:`TrainingObjective.validation_sums`' sums.
-VALIDATION_SUMS = 4
+#: A training row: each objective's own type (``ChoiceRow``, ``AnswerRow``, a ``Pack``); the loop
+#: only hands them to the objective's collator.
+Example = Any
+#: A chat row (a conversation, or a prompt/completion row learnt as one sequence) and its task's
+#: position as a training row, or ``None`` where the model's window leaves nothing of it to
+#: learn: the step's chat settings, bound (:mod:`catwalk_steps.training.preparation`).
+ChatExample = Callable[[Any, int], Optional[Example]]
+#: The name of the generated score's sum (:meth:`TrainingObjective.generated_score`) among a
+#: validation's sums.
+GENERATED = "generated"
 
 
 class TrainingObjective:
@@ -104,9 +108,9 @@ class TrainingObjective:
         micro-batching and device count."""
         raise NotImplementedError
 
-    def validation_sums(self, outputs: Dict[str, torch.Tensor], selected: str) -> torch.Tensor:
-        """A validation batch's sums (:data:`VALIDATION_SUMS` numbers, in float64) from the model's
-        ``outputs``; ``selected``: the record key that chooses the best weights."""
+    def validation_sums(self, outputs: Dict[str, torch.Tensor], selected: str) -> Dict[str, torch.Tensor]:
+        """A validation batch's sums by name (scalars) from the model's ``outputs``; ``selected``:
+        the record key that chooses the best weights."""
         raise NotImplementedError
 
     def generated_score(self, lm: "PreTrainedModel", conventions: "TokenConventions", tasks: Sequence[Any],
@@ -115,7 +119,7 @@ class TrainingObjective:
         under its name in ``task_metrics`` (only where :meth:`generates`)."""
         raise NotImplementedError
 
-    def validation_scores(self, sums: Sequence[float], selected: str, instances: int) -> Dict[str, float]:
-        """The validation record's numbers from the sums over every worker, the generated score
-        (where there is one) first; ``instances``: the validation split's."""
+    def validation_scores(self, sums: Mapping[str, float], selected: str, instances: int) -> Dict[str, float]:
+        """The validation record's numbers from the sums over every worker (with the generated
+        score's as :data:`GENERATED`, where there is one); ``instances``: the validation split's."""
         raise NotImplementedError

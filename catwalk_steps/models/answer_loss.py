@@ -10,12 +10,14 @@ the device count. Tokens, padding and truncation follow :mod:`.scoring`: an answ
 continuation like any other, and the same left-padded batch gives its summed log-likelihood.
 """
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 
 import torch
 from tango.common.exceptions import ConfigurationError
 from tango.integrations.torch import DataCollator
 
+from .answer_rows import AnswerRow, answer_row, encoder_decoder_row
+from .packing import packed_layout
 from .rank_classification import RankClassificationModel
 from .scoring import Query, collate_queries, continuation_logliks
 
@@ -42,9 +44,25 @@ def encode_answer(conventions: "TokenConventions", prompt: str, answer: str) -> 
     return Query(query.context, query.continuation + (eos,))
 
 
-def scored_tokens(answer: Sequence[int], encoder_decoder: bool) -> int:
-    """How many tokens of an answer the loss sums over: EOS included, wherever it is appended."""
-    return len(answer) + int(encoder_decoder)
+def reference_row(conventions: "TokenConventions", prompt: str, answer: str, max_length: int, instance: Any = None,
+                  task: int = 0) -> AnswerRow:
+    """The row that learns ``answer`` and its EOS (:func:`encode_answer`) given ``prompt``, cut
+    to the model's window of ``max_length`` tokens where the prompt starts (the answer is kept
+    whole: one that, with its EOS, leaves no room for a token of prompt is an error)."""
+    query = encode_answer(conventions, prompt, answer)
+    if len(query.continuation) >= max_length:
+        raise ConfigurationError(
+            f"Instance {getattr(instance, 'id', '?')}: its answer and its end (EOS) make "
+            f"{len(query.continuation) + int(conventions.encoder_decoder)} tokens, which leave no room for its prompt "
+            f"in the model's context window of {max_length}"
+        )
+    if conventions.encoder_decoder:
+        return encoder_decoder_row(query.context, query.continuation, max_length, instance, task)
+    learnt = [False] * len(query.context) + [True] * len(query.continuation)
+    row = answer_row(query.context + query.continuation, learnt, max_length, keep_start=False, instance=instance,
+                     task=task)
+    assert row is not None  # the whole answer is in the window
+    return row
 
 
 class AnswerLossModel(RankClassificationModel):
@@ -68,45 +86,22 @@ class AnswerLossModel(RankClassificationModel):
         return {"loss": losses.sum(), "losses": losses.detach(), "tokens": tokens}
 
 
-class AnswerCollator(DataCollator[Dict[str, Any]]):
-    """Collates ``{"prompt": ids, "answer": ids}`` items (with the answer's learnt ``mask``, for
-    chat rows) into one left-padded batch; a prompt too
-    long for the model's window is cut from the left (:func:`.scoring.model_input`). Holds only
-    the pad id, the window and whether the model is an encoder-decoder, so it is cheap to send to
-    DDP workers."""
+class AnswerCollator(DataCollator[AnswerRow]):
+    """Collates answer rows (:class:`.answer_rows.AnswerRow`, or packs of them:
+    :class:`.packing.Pack`) into one left-padded batch; rows are cut to the model's window where
+    they are built. Holds only the pad id, the window and whether the model is an encoder-decoder,
+    so it is cheap to send to DDP workers."""
 
     def __init__(self, pad_token_id: int, max_length: int, encoder_decoder: bool = False) -> None:
         self.pad_token_id = pad_token_id
         self.max_length = max_length
         self.encoder_decoder = encoder_decoder
 
-    def __call__(self, items: List[Dict[str, Any]]) -> Dict[str, Any]:
-        queries = [Query(tuple(item["prompt"]), tuple(item["answer"])) for item in items]
-        masks = [item.get("mask") or [True] * len(item["answer"]) for item in items]
+    def __call__(self, rows: Sequence[AnswerRow]) -> Dict[str, Any]:
+        queries = [Query(row.prompt, row.answer) for row in rows]
+        masks = [row.answer_mask() for row in rows]
         batch = collate_queries(queries, self.pad_token_id, self.max_length, self.encoder_decoder,
-                                masks if any("mask" in item for item in items) else None)
-        if any("segments" in item for item in items):
-            batch.update(packed_layout([item.get("segments") or [len(q.context) + len(q.continuation)]
-                                        for item, q in zip(items, queries)], batch["input_ids"].shape[1]))
+                                None if all(all(mask) for mask in masks) else masks)
+        if any(len(row.segments) > 1 for row in rows):
+            batch.update(packed_layout([row.segments for row in rows], batch["input_ids"].shape[1]))
         return batch
-
-
-def packed_layout(segments: List[List[int]], width: int) -> Dict[str, torch.Tensor]:
-    """The position ids and attention mask of left-padded rows that each hold several sequences
-    (``segments``: their lengths, in order; a row's input is all its tokens but the last): each
-    sequence's positions from 0, and a ``[rows, 1, width, width]`` causal mask that lets a token
-    see only the earlier tokens of its own sequence (SDPA on CPU ignores position ids, so the mask
-    is what keeps packed sequences apart). The batch's 2-D ``attention_mask`` stays: it says
-    which positions are tokens (what throughput counts); the model reads ``sequence_mask``."""
-    position_ids = torch.zeros((len(segments), width), dtype=torch.long)
-    sequence = torch.full((len(segments), width), -1, dtype=torch.long)  # -1: padding
-    for row, lengths in enumerate(segments):
-        positions = torch.cat([torch.arange(n) for n in lengths])[:-1]
-        owners = torch.cat([torch.full((n,), k) for k, n in enumerate(lengths)])[:-1]
-        position_ids[row, width - len(positions):] = positions
-        sequence[row, width - len(owners):] = owners
-    causal = torch.ones((width, width), dtype=torch.bool).tril()
-    same = (sequence[:, :, None] == sequence[:, None, :]) & (sequence[:, None, :] >= 0)
-    # A padding position sees itself, so no row of the mask is empty (SDPA would give NaN).
-    same |= torch.eye(width, dtype=torch.bool)
-    return {"position_ids": position_ids, "sequence_mask": (same & causal)[:, None]}

@@ -10,7 +10,8 @@ and the backward pass (:mod:`.shared_context`): the same loss and gradients as e
 dropout mask, which is why the setting is part of a fine-tuned model's cache key.
 """
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,17 @@ from .weights import load_pretrained, tied_parameter_names
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
+
+
+@dataclass(frozen=True)
+class ChoiceRow:
+    """A multiple-choice instance as rank classification trains on it: each choice's query (as
+    scoring encodes it), the gold choice, and each answer's characters (what ``acc_norm`` divides
+    by; ``None`` where not known)."""
+
+    queries: Tuple[Query, ...]
+    label: int
+    num_chars: Optional[Tuple[int, ...]] = None
 
 
 class RankClassificationModel(Model):
@@ -90,7 +102,7 @@ class RankClassificationModel(Model):
         return outputs
 
 
-class RankClassificationCollator(DataCollator[Dict[str, Any]]):
+class RankClassificationCollator(DataCollator[ChoiceRow]):
     """Flattens the choices of each instance into one left-padded batch of queries; with
     ``shared_context``, into contexts (one per run of choices that follow the same context: one
     per instance, or one per choice where the choice is in the context, as in Winogrande) and
@@ -111,8 +123,8 @@ class RankClassificationCollator(DataCollator[Dict[str, Any]]):
         self.shared_context = shared_context
         self.encoder_decoder = encoder_decoder
 
-    def __call__(self, items: List[Dict[str, Any]]) -> Dict[str, Any]:
-        queries = [Query(tuple(context), tuple(c)) for item in items for context, c in item["queries"]]
+    def __call__(self, items: Sequence[ChoiceRow]) -> Dict[str, Any]:
+        queries = [query for item in items for query in item.queries]
         # Shared only where every query, and the padded batch (its longest context and its longest
         # continuation), fit the window, as :func:`.scoring.score_queries` batches them.
         width = max(len(q.context) for q in queries) + max(len(q.continuation) for q in queries)
@@ -129,14 +141,14 @@ class RankClassificationCollator(DataCollator[Dict[str, Any]]):
         else:
             batch = collate_queries(queries, self.pad_token_id, self.max_length, self.encoder_decoder)
         batch["choice_instance"] = torch.tensor(
-            [row for row, item in enumerate(items) for _ in item["queries"]], dtype=torch.long
+            [row for row, item in enumerate(items) for _ in item.queries], dtype=torch.long
         )
         batch["choice_index"] = torch.tensor(
-            [choice for item in items for choice in range(len(item["queries"]))], dtype=torch.long
+            [choice for item in items for choice in range(len(item.queries))], dtype=torch.long
         )
-        batch["labels"] = torch.tensor([item["label"] for item in items], dtype=torch.long)
-        batch["num_choices"] = max(len(item["queries"]) for item in items)
-        if all("num_chars" in item for item in items):
-            chars = [n for item in items for n in item["num_chars"]]
+        batch["labels"] = torch.tensor([item.label for item in items], dtype=torch.long)
+        batch["num_choices"] = max(len(item.queries) for item in items)
+        if all(item.num_chars is not None for item in items):
+            chars = [n for item in items for n in item.num_chars]
             batch["choice_lengths"] = torch.tensor([chars, [len(q.continuation) for q in queries]], dtype=torch.float64)
         return batch

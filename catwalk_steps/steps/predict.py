@@ -12,7 +12,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.step import StepResources
 
 from ..distributed.devices import check_device_setting, gpu_count, worker_devices
-from ..kinds import conversational_kinds
+from ..kinds import conversational_kinds, kind_of_task
 from ..models.batch_budget import check_batch_tokens
 from ..models.chat_templates import check_evaluated_template, check_model_template
 from ..models.finetuned import FinetunedModel
@@ -62,6 +62,7 @@ class PredictStep(Step):
     SKIP_ID_ARGUMENTS = {"device", "device_count", "max_batch_size", "max_batch_tokens", "allow_other_template"}
     SKIP_DEFAULT_ARGUMENTS = {
         "add_bos_token": None, "apply_chat_template": False, "system_instruction": None, "fewshot_as_multiturn": None,
+        "log_requests": False,
     }
 
     @classmethod
@@ -81,6 +82,7 @@ class PredictStep(Step):
         check_prompts(kwargs.get("task"), kwargs.get("split", "validation"), kwargs["apply_chat_template"] is not False)
         check_chat_settings(kwargs, [kwargs.get("task")], conversational_kinds())
         check_model_template(kwargs)
+        check_logged_requests(kwargs)
         return with_model_names(kwargs)
 
     @property
@@ -109,6 +111,7 @@ class PredictStep(Step):
         device_count: int = 1,
         dtype: str = "float32",
         unconditioned: bool = False,
+        log_requests: bool = False,
         max_batch_size: int = 32,
         max_batch_tokens: Union[int, str] = 16384,
     ) -> List[Dict[str, Any]]:
@@ -138,6 +141,9 @@ class PredictStep(Step):
         :param unconditioned: also score every choice after the task's ``unconditioned_context``
             (e.g. ``"Answer:"``; tasks without one ignore this), for ``acc_uncond``. Off by
             default: it doubles the work, and lm-evaluation-harness reports it for few tasks.
+        :param log_requests: each multiple-choice record also holds its ``requests``, each choice's
+            ``[context, continuation]`` in choice order (and ``unconditioned_requests``, where
+            scored), as lm-evaluation-harness's ``--log_samples`` keeps its arguments.
         :param max_batch_size: most queries (context, continuation pairs), or prompts being
             generated from, in one forward pass.
         :param max_batch_tokens: most padded tokens one forward pass holds, key/value cache
@@ -158,4 +164,13 @@ class PredictStep(Step):
             unconditioned=unconditioned, chat=ChatSettings.of(apply_chat_template, system_instruction, fewshot_as_multiturn),
             max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
             journals=self.work_dir_for_run,  # None when run() is called directly
+            log_requests=log_requests,
         ))
+
+
+def check_logged_requests(kwargs: Dict[str, Any]) -> None:
+    """Refuses ``log_requests`` for a task whose requests are not text pairs, at graph build."""
+    task = kwargs.get("task")
+    if kwargs.get("log_requests") and isinstance(task, Task) and not kind_of_task(task).logs_requests:
+        raise ConfigurationError(f"log_requests: {type(task).__name__}'s {kind_of_task(task).name} requests are not "
+                                 "logged (multiple-choice ones are): leave it out")

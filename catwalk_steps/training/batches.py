@@ -7,6 +7,13 @@ runs micro-batches ``r, r+W, ...``. So the micro-batches (and the dropout seed o
 :mod:`.loop`) are the same on 1 device as on 8. An epoch's remainder (``len % B`` examples) is
 left out of that epoch, so every optimizer step is a whole global batch; each epoch has its own
 permutation, so every example is still seen.
+
+Packed rows (``packing: true``) are trained as TRL trains them: an epoch's last batch holds the
+packs that are left (``keep_partial``), since their count is the packer's, not the user's. Its
+micro-batches are cut the same way (the last one shorter), so they too are the same on any
+number of devices; a worker that has fewer of them than another runs stand-ins that count for
+nothing (:meth:`BatchPlan.stand_ins`), so that every worker makes as many forward and backward
+passes, which DDP and FSDP synchronise.
 """
 
 from dataclasses import dataclass
@@ -43,13 +50,16 @@ class BatchPlan:
     batch_size: int
     micro_batch_size: int
     seed: int
+    #: An epoch's remainder is its last, smaller batch, instead of being left out.
+    keep_partial: bool = False
 
     def __post_init__(self) -> None:
         micro_batch_size_for(self.batch_size, self.micro_batch_size, 1)
 
     @property
     def steps_per_epoch(self) -> int:
-        return self.num_examples // self.batch_size
+        whole = self.num_examples // self.batch_size
+        return whole + int(self.keep_partial and self.num_examples % self.batch_size > 0)
 
     @property
     def micro_batches_per_step(self) -> int:
@@ -73,4 +83,9 @@ class BatchPlan:
         micro_batch_size_for(self.batch_size, self.micro_batch_size, world_size)
         examples = self.step_examples(step)
         size = self.micro_batch_size
-        return [(j, examples[j * size:(j + 1) * size]) for j in range(rank, self.micro_batches_per_step, world_size)]
+        return [(j, examples[j * size:(j + 1) * size]) for j in range(rank, -(-len(examples) // size), world_size)]
+
+    def stand_ins(self, step: int, rank: int, world_size: int) -> int:
+        """How many passes that count for nothing worker ``rank`` adds to its micro-batches of
+        ``step``, so that it makes as many passes as worker 0 (only in a partial batch)."""
+        return len(self.micro_batches(step, 0, world_size)) - len(self.micro_batches(step, rank, world_size))

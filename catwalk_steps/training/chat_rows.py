@@ -199,17 +199,3 @@ def generation_mask(tokenizer: Any, template: Union[bool, str], messages: List[D
             "assistant_only_loss: a conversation has no tokens inside the template's {% generation %} markers"
         )
     return mask
-
-
-def sequence_example(ids: List[int], mask: List[bool], max_length: int, instance: Any) -> Optional[Dict[str, Any]]:
-    """An example of the answer loss (:mod:`..models.answer_loss`): the row cut to the model's
-    window keeping its start (TRL's ``truncation_mode="keep_start"``), the tokens before the first
-    learnt one its prompt, the rest its answer with their ``mask``. ``None`` where nothing learnt
-    is left in the window (TRL drops such a row too)."""
-    ids, mask = ids[:max_length], mask[:max_length]
-    first = next((k for k, bit in enumerate(mask) if bit and k > 0), None)
-    if first is None:
-        return None
-    answer_mask = mask[first:]
-    return {"prompt": ids[:first], "answer": ids[first:], "mask": answer_mask, "tokens": sum(answer_mask),
-            "instance": instance}

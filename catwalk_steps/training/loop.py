@@ -32,7 +32,7 @@ from tango.workspace import Workspace
 
 from ..distributed.heap import release_freed_heap_while_training
 from ..kinds import TrainingObjective, kind_named
-from ..kinds.objective import VALIDATION_SUMS
+from ..kinds.objective import GENERATED
 from ..models.adapters import Adapter
 from ..models.loading import ModelSpec
 from ..models.rank_classification import RankClassificationModel
@@ -136,6 +136,12 @@ def _sum_over_workers(values: torch.Tensor) -> torch.Tensor:
     return values
 
 
+def _sums_over_workers(sums: Dict[str, torch.Tensor]) -> Dict[str, float]:
+    """Named sums, each summed over the workers (in one all-reduce, in the names' order)."""
+    names = sorted(sums)
+    return dict(zip(names, _sum_over_workers(torch.stack([sums[name] for name in names])).tolist()))
+
+
 @torch.no_grad()
 def validate(
     model: RankClassificationModel, job: TrainingJob, collate, rank: int, world_size: int, device: torch.device,
@@ -149,9 +155,9 @@ def validate(
     model.eval()
     training = job.objective
     shard = job.validation[rank::world_size]
-    sums = torch.zeros(VALIDATION_SUMS, dtype=torch.float64, device=device)
+    sums: Dict[str, torch.Tensor] = {}
     # Every worker runs as many forward passes (FSDP gathers parameters in each); one whose
-    # shard is shorter scores a stand-in batch and drops its numbers.
+    # shard is shorter scores a stand-in batch whose sums count for nothing.
     longest_shard = -(-len(job.validation) // world_size)
     for val_step, start in enumerate(range(0, longest_shard, job.plan.micro_batch_size)):
         items = shard[start:start + job.plan.micro_batch_size]
@@ -161,12 +167,13 @@ def validate(
         outputs = model(**on_device(batch, device))
         if items and callbacks:
             callbacks.post_val_batch(step, val_step, epoch, outputs)
-        if items:
-            sums += training.validation_sums(outputs, job.selected).to(sums)
+        for name, value in training.validation_sums(outputs, job.selected).items():
+            sums[name] = sums.get(name, 0) + value.double() * bool(items)
     if job.task_metrics:  # greedy generations, scored by each task's rule
-        sums[0] = training.generated_score(model.scoring_lm, job.conventions, job.tasks, job.task_metrics, shard,
-                                            job.max_length, job.plan.micro_batch_size)
-    scores = training.validation_scores(_sum_over_workers(sums).tolist(), job.selected, len(job.validation))
+        sums[GENERATED] = torch.tensor(
+            training.generated_score(model.scoring_lm, job.conventions, job.tasks, job.task_metrics, shard,
+                                     job.max_length, job.plan.micro_batch_size), dtype=torch.float64, device=device)
+    scores = training.validation_scores(_sums_over_workers(sums), job.selected, len(job.validation))
     model.train()
     return scores
 
@@ -219,21 +226,25 @@ def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, t
         batches = [collate([job.train[i] for i in examples]) for _, examples in micro_batches]
         throughput.count(sum(len(examples) for _, examples in micro_batches), batches)
         callbacks.pre_batch(step, epoch, batches)
+        # In an epoch's last, partial batch of packs, a worker with fewer micro-batches than
+        # another runs stand-ins whose loss counts for nothing (:meth:`.BatchPlan.stand_ins`).
+        passes = [(index, batch, 1.0) for (index, _), batch in zip(micro_batches, batches)]
+        passes += [(-1, collate(job.train[:1]), 0.0)] * job.plan.stand_ins(step, rank, world_size)
         batch_loss, outputs = torch.zeros((), device=device), []
         divisor = job.loss_divisor(step, world_size)
-        for n, ((index, _), batch) in enumerate(zip(micro_batches, batches)):
+        for n, (index, batch, weight) in enumerate(passes):
             batch = on_device(batch, device)
             torch.manual_seed(derive_seed(job.plan.seed, "dropout", step, index))
             # Gradients are all-reduced once per step, with the last micro-batch's backward pass.
-            last = n == len(micro_batches) - 1
+            last = n == len(passes) - 1
             with gradient_sync(trained, enabled=last), torch.autocast(
                 device.type, torch.bfloat16, enabled=job.precision == "bf16-mixed"
             ):
                 output = trained(**batch)
-                loss = output["loss"] / divisor
+                loss = output["loss"] * weight / divisor
                 loss.backward()
             batch_loss += loss.detach()
-            if callbacks:
+            if callbacks and weight:
                 outputs.append({k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in output.items()})
         if callbacks:  # this worker's loss, before the optimizer step, as Tango's loop
             callbacks.post_batch(step, epoch, batch_loss.item(), outputs)

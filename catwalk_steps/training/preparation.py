@@ -6,7 +6,7 @@ that every worker follows."""
 
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from tango.common.exceptions import ConfigurationError
 from tango.workspace import Workspace
@@ -17,9 +17,10 @@ from ..models.prompt_room import generation_requests
 from ..tasks.chat import ChatFormat
 from ..tracking.settings import Tracking
 from .batches import BatchPlan, micro_batch_size_for
-from .chat_rows import LearntTokens, check_generation_markers, check_learnt_tokens_apply, row_tokens, sequence_example
+from ..models.answer_rows import AnswerRow, answer_row
+from ..models.packing import packed
+from .chat_rows import LearntTokens, check_generation_markers, check_learnt_tokens_apply, row_tokens
 from .loop import TrainingJob
-from .packing import packed_examples
 from .settings import FinetuneSettings
 from .trained_kind import objective, trained_kind
 
@@ -61,11 +62,12 @@ def training_job(
         rows = [row for split in (train_instances or [], validation_instances or []) for part in split for row in part]
         check_learnt_tokens_apply(learnt, rows, conventions.encoder_decoder)
 
-    def chat_example(instance: Any) -> Optional[Dict[str, Any]]:
+    def chat_example(instance: Any, task: int) -> Optional[AnswerRow]:
+        """A chat row, cut to the window keeping its start (TRL's ``truncation_mode="keep_start"``)."""
         ids, mask = row_tokens(instance, conventions, render, s.apply_chat_template, learnt)
-        return sequence_example(ids, mask, max_length, instance)
+        return answer_row(ids, mask, max_length, keep_start=True, instance=instance, task=task)
 
-    def examples(split: Optional[str], per_task: Optional[List[List[Any]]]) -> Optional[List[Dict[str, Any]]]:
+    def examples(split: Optional[str], per_task: Optional[List[List[Any]]]) -> Optional[List[Any]]:
         if per_task is None:
             return None
         return training.examples(conventions, per_task, max_length, f"Tokenizing {split}", chat_example)
@@ -76,10 +78,11 @@ def training_job(
     if s.packing:
         if conventions.encoder_decoder:
             raise ConfigurationError("packing: an encoder-decoder reads each row's prompt apart; train it unpacked")
-        train = packed_examples(train, max_length)
-    plan = BatchPlan(len(train), s.batch_size, micro_batch_size, s.seed)
+        train = packed(train, max_length)
+    plan = BatchPlan(len(train), s.batch_size, micro_batch_size, s.seed, keep_partial=s.packing)
     if plan.steps_per_epoch == 0:
-        raise ConfigurationError(f"{len(train)} training instances make no batch of {s.batch_size}")
+        raise ConfigurationError(f"{len(train)} training {'packs' if s.packing else 'instances'} make no batch of "
+                                 f"{s.batch_size}")
     train_steps = plan.steps_per_epoch * s.train_epochs
     return TrainingJob(
         spec=spec,

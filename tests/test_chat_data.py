@@ -105,9 +105,9 @@ PROMPT_COMPLETION_TURNS = {"prompt": [{"role": "user", "content": "Q?"}], "compl
 def test_a_loss_setting_the_rows_do_not_take_is_refused_before_any_model_loads(tmp_path, monkeypatch, row, settings,
                                                                                  refused):
     """Such a setting got a cache key of its own and trained the same weights bit for bit."""
-    from catwalk_steps.models import weights
+    from catwalk_steps.models import rank_classification  # (imported first: it binds load_pretrained by name)
 
-    monkeypatch.setattr(weights, "load_pretrained", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(rank_classification, "load_pretrained", lambda *a, **k: pytest.fail("a model was loaded"))
     task = GenerationTask(data_files={"train": str(write_jsonl(tmp_path / "rows.jsonl", [row] * 8))}, until=[])
     step = finetune(task, validation_split=None, **settings)
     with pytest.raises(ConfigurationError) as error:

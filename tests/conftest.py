@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,17 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("documented commands")
         for line in COMMANDS_RUN.summary:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tracebacks_in_the_sessions_folder(tmp_path_factory):
+    """One-line errors write their tracebacks (catwalk_steps/tango_fixes/one_line_errors.py) to
+    the session's folder, in this process and the ``tango run``s it starts, not the temp folder."""
+    from catwalk_steps.tango_fixes.one_line_errors import TRACEBACKS_VARIABLE
+
+    os.environ[TRACEBACKS_VARIABLE] = str(tmp_path_factory.getbasetemp() / "tracebacks.txt")
+    yield
+    del os.environ[TRACEBACKS_VARIABLE]
 
 
 @pytest.fixture(scope="session", autouse=True)

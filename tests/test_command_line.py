@@ -10,6 +10,7 @@ import sys
 
 import pytest
 from tango.common import Params
+from tango.common.exceptions import ConfigurationError
 from tango.step_graph import StepGraph
 
 from catwalk_steps import FinetuneStep, PredictStep, evaluate, train
@@ -100,7 +101,7 @@ def test_a_config_anywhere_finds_the_helpers_through_the_run_command(tmp_path, m
     config = tmp_path / "mine.jsonnet"
     config.write_text('local lib = import "lib.libsonnet";\n{ steps: lib.suite("core", { m: "rc::m" }) }\n')
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(RuntimeError, match="can't resolve lib.libsonnet"):
+    with pytest.raises(ConfigurationError, match="imports lib.libsonnet, .* run it with python -m catwalk_steps.run"):
         Params.from_file(config)  # what plain `tango run` does
     from tango.common import params
 

@@ -84,14 +84,20 @@ def _answer_texts(row: Row) -> List[str]:
     return texts
 
 
-class Arc(TaskFormat):
-    dataset = ("ai2_arc", "ARC-Challenge")
-    splits = ("train", "validation", "test")
-    shots = "ARC-Challenge"
+class LetteredChoices(TaskFormat):
+    """Rows with a question, ``choices.text`` and a lettered (or numbered) ``answerKey``."""
+
+    question_field = "question"
 
     def question(self, row: Row) -> Question:
         answers = _answer_texts(row)
-        return row.get("question"), answers, _letter_gold(row, answers)
+        return row.get(self.question_field), answers, _letter_gold(row, answers)
+
+
+class Arc(LetteredChoices):
+    dataset = ("ai2_arc", "ARC-Challenge")
+    splits = ("train", "validation", "test")
+    shots = "ARC-Challenge"
 
 
 class ArcEasy(Arc):
@@ -112,23 +118,16 @@ class BoolQ(TaskFormat):
         return prompt, ["yes", "no"], 1 - row.index_of("label", [0, 1])
 
 
-class CommonsenseQA(TaskFormat):
+class CommonsenseQA(LetteredChoices):
     dataset = ("commonsense_qa", None)
     shots = "commonsense_qa"
 
-    def question(self, row: Row) -> Question:
-        answers = _answer_texts(row)
-        return row.get("question"), answers, _letter_gold(row, answers)
 
-
-class OpenBookQA(TaskFormat):
+class OpenBookQA(LetteredChoices):
     dataset = ("openbookqa", "main")
     splits = ("train", "validation", "test")
     shots = "openbookqa"
-
-    def question(self, row: Row) -> Question:
-        answers = _answer_texts(row)
-        return row.get("question_stem"), answers, _letter_gold(row, answers)
+    question_field = "question_stem"
 
 
 class Piqa(TaskFormat):

@@ -21,7 +21,8 @@ from ..models.loading import ModelSpec
 from ..storage.hashing import fingerprint
 from ..tasks import Task
 from ..tasks.chat import ChatSettings
-from .workers import PredictionJob, run_on_workers, strided_shards
+from ..distributed.shards import strided_shards
+from .workers import PredictionJob, run_on_workers
 
 logger = logging.getLogger(__name__)
 

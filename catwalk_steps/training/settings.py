@@ -21,6 +21,7 @@ from ..tasks.chat import check_chat_settings
 from ..tasks.base import check_limit, check_prompts, check_split
 from ..tracking.settings import check_tracking
 from .batches import micro_batch_size_for
+from .eval_tasks import EvalTask, check_eval_tasks
 from .callbacks import check_callbacks
 from .trained_kind import check_val_metric, objective, trained_kind
 from .optimizers import check_schedule, named_lazy
@@ -137,6 +138,16 @@ class FinetuneSettings:
     """Train on the first ``train_limit`` instances of each task's split only."""
     validation_limit: Optional[int]
     """Validate on the first ``validation_limit`` instances of each task's split only."""
+    eval_tasks: Optional[List[Union[EvalTask, Task]]]
+    """Downstream tasks scored at every validation on the in-memory weights, each as
+    ``catwalk::predict`` + ``catwalk::calculate_metrics`` score the result (multiple choice,
+    generation, perplexity, ``lm_eval`` tasks; under the result's chat template, if any), its
+    instances shared out over all the workers: a task (``{type: "piqa"}``), or a task with the predict
+    settings it is scored with, ``{task: {type: "piqa"}, split: "validation", limit: 500, unconditioned:
+    false, name: "piqa"}`` (:class:`.eval_tasks.EvalTask`). Their numbers are in every validation record
+    as ``eval[TASK][METRIC]`` (so ``training_metrics["eval"]`` for the returned weights and in
+    ``history``), logged as ``eval/TASK/METRIC``; ``val_metric: "eval/TASK/METRIC"`` chooses by one.
+    Needs a ``validation_split``; not under ``fsdp`` on several workers. In the cache key when set."""
     validate_every: Optional[int]
     """Steps between validations, each followed by a checkpoint; by default, every epoch. The returned
     weights are those of the best validation (by ``val_metric``; of equal accuracies, the lowest loss), or
@@ -260,6 +271,7 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
             raise ConfigurationError("patience needs a validation_split to watch")
     check_callbacks(kwargs.get("callbacks"))
     check_tracking(kwargs)
+    check_eval_tasks(kwargs, kwargs.get("device_count", 1) * kwargs.get("nodes", 1))
     check_val_metric(kwargs)  # and that the tasks are all of one kind
     for task in kwargs.get("tasks") or []:
         for name in ("train_split", "validation_split"):

@@ -81,3 +81,106 @@ def test_in_loop_numbers_are_predict_and_calculate_metrics_of_the_result(trained
         for name, value in numbers.items():
             assert in_loop[entry.name][name] == pytest.approx(value, abs=TOLERANCE, rel=TOLERANCE), (entry.name, name)
     assert in_loop["tools"]["exact_match"] > 0  # something to compare
+
+
+def history_of(result):
+    return result.training_metrics["history"]["validations"]
+
+
+def assert_same_history(history, reference, rel: float) -> None:
+    assert [v["step"] for v in history] == [v["step"] for v in reference]
+    for validation, expected in zip(history, reference):
+        assert validation["eval"].keys() == expected["eval"].keys()
+        for task, metrics in expected["eval"].items():
+            assert validation["eval"][task] == pytest.approx(metrics, rel=rel, abs=rel), (validation["step"], task)
+
+
+@pytest.mark.full
+@pytest.mark.ddp
+def test_two_workers_give_the_one_worker_history(trained, tools, eval_tasks, tmp_path):
+    """Each worker scores its share of every eval task; the numbers are the one worker's (within
+    what padding in other batches moves a log-likelihood), and so is the chosen validation."""
+    _, one, _ = trained
+    two = finetune(tools, eval_tasks, 2, val_metric=BY_TOOLS).result(LocalWorkspace(tmp_path))
+    assert_same_history(history_of(two), history_of(one), rel=1e-4)
+    assert two.training_metrics["step"] == one.training_metrics["step"]
+
+
+@pytest.mark.full
+def test_a_killed_and_resumed_run_gives_the_same_history(trained, tools, eval_tasks, tmp_path):
+    from .test_training_invariance import Interrupt
+
+    _, reference, _ = trained
+    workspace = LocalWorkspace(tmp_path)
+    with pytest.raises(Exception, match="interrupted at step 6"):
+        finetune(tools, eval_tasks, val_metric=BY_TOOLS, callbacks=[Lazy(Interrupt, at=6)]).result(workspace)
+    resumed = finetune(tools, eval_tasks, val_metric=BY_TOOLS).result(workspace)
+    assert_same_history(history_of(resumed), history_of(reference), rel=TOLERANCE)
+    assert resumed.training_metrics["step"] == reference.training_metrics["step"]
+
+
+def test_an_eval_task_s_number_ranks_validations_and_drives_patience():
+    """Higher is better for accuracies, lower for perplexities; of equal numbers, the lower loss."""
+    from catwalk_steps.training.callbacks import should_stop
+    from catwalk_steps.training.checkpoints import Progress
+
+    def validation(step, loss, acc, bpb):
+        return {"step": step, "val_loss": loss, "eval": {"piqa": {"acc": acc}, "documents": {"bits_per_byte": bpb}}}
+
+    validations = [validation(2, 3.0, 0.5, 2.0), validation(4, 2.0, 0.6, 2.5), validation(6, 1.0, 0.6, 1.5)]
+    assert Progress(6, validations, selected="eval/piqa/acc").best["step"] == 6  # the lower loss of equal ones
+    assert Progress(6, validations, selected="eval/documents/bits_per_byte").best["step"] == 6
+    assert Progress(4, validations[:2], selected="eval/documents/bits_per_byte").best["step"] == 2
+    assert should_stop(validations[:2], 1, "eval/documents/bits_per_byte")
+    assert not should_stop(validations, 1, "eval/documents/bits_per_byte")
+
+
+def test_a_plain_task_and_a_task_with_settings_both_read_from_a_config(piqa):
+    from tango.step_graph import StepGraph
+
+    from catwalk_steps.training.settings import FinetuneSettings
+
+    validation = str(TINY / "validation.jsonl")
+    step = StepGraph.from_params({"finetune": {
+        "type": "catwalk::finetune", "model": TINY_MODEL,
+        "tasks": [{"type": "piqa", "data_files": {"train": str(TINY / "train.jsonl"), "validation": validation}}],
+        "eval_tasks": [{"type": "piqa", "data_files": {"validation": validation}},
+                       {"task": {"type": "piqa", "data_files": {"validation": validation}}, "limit": 8,
+                        "name": "piqa_8"}],
+        "val_metric": "eval/piqa_8/acc_norm",
+    }})["finetune"]
+    first, second = step.kwargs["eval_tasks"]
+    assert isinstance(first, PiqaTask) and isinstance(second, EvalTask) and (second.name, second.limit) == ("piqa_8", 8)
+    assert "eval_tasks" in FinetuneSettings.__dataclass_fields__
+
+
+def test_eval_tasks_are_in_the_key_only_when_set(piqa, tools):
+    plain = FinetuneStep(model=TINY_MODEL, tasks=[piqa])
+    assert FinetuneStep(model=TINY_MODEL, tasks=[piqa], eval_tasks=None).unique_id == plain.unique_id
+    with_eval = FinetuneStep(model=TINY_MODEL, tasks=[piqa], eval_tasks=[tools])
+    assert with_eval.unique_id != plain.unique_id
+    assert FinetuneStep(model=TINY_MODEL, tasks=[piqa], eval_tasks=[EvalTask(tools, limit=4)]).unique_id not in (
+        plain.unique_id, with_eval.unique_id)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(val_metric="eval/piqa/acc"), "names an eval task, but eval_tasks is empty"),
+    (dict(eval_tasks="piqa", validation_split=None), "needs a validation_split"),
+    (dict(eval_tasks="piqa", strategy="fsdp", device_count=2), "strategy fsdp"),
+    (dict(eval_tasks="twice"), "two entries are named piqa"),
+    (dict(eval_tasks="test split"), "has no split 'test'"),
+    (dict(eval_tasks="limit 0"), "limit must be at least 1"),
+    (dict(eval_tasks="documents", apply_chat_template=True), "no prompt to put in a conversation"),
+    (dict(eval_tasks="piqa", val_metric="eval/arc/acc"), "no eval task is named 'arc'"),
+    (dict(eval_tasks="piqa", val_metric="eval/piqa/exact_match"), "metrics that can choose are acc, acc_norm"),
+    (dict(eval_tasks="tools", val_metric="eval/tools/acc"), "metrics that can choose are exact_match, f1"),
+    (dict(eval_tasks="piqa", val_metric="eval/piqa"), "eval/TASK/METRIC"),
+], ids=lambda value: value if isinstance(value, str) else None)
+def test_bad_eval_settings_are_refused_when_the_graph_is_built(piqa, tools, settings, message):
+    documents = PerplexityTask(data_files={"validation": str(TINY / "perplexity" / "documents.jsonl")})
+    named = {"piqa": [piqa], "twice": [piqa, EvalTask(piqa, limit=4)], "test split": [EvalTask(piqa, split="test")],
+             "limit 0": [EvalTask(piqa, limit=0)], "documents": [documents], "tools": [EvalTask(tools, name="tools")]}
+    if "eval_tasks" in settings:
+        settings = {**settings, "eval_tasks": named[settings["eval_tasks"]]}
+    with pytest.raises(ConfigurationError, match=message):
+        FinetuneStep(model=TINY_MODEL, tasks=[piqa], **settings)

@@ -52,8 +52,9 @@ def finetune(task, eval_tasks, device_count: int = 1, **extra) -> FinetuneStep:
 
 @pytest.fixture(scope="module")
 def trained(tools, eval_tasks, tmp_path_factory):
-    workspace = LocalWorkspace(tmp_path_factory.mktemp("eval_tasks"))
-    step = finetune(tools, eval_tasks, val_metric=BY_TOOLS)
+    root = tmp_path_factory.mktemp("eval_tasks")
+    workspace = LocalWorkspace(root / "workspace")
+    step = finetune(tools, eval_tasks, val_metric=BY_TOOLS, tensorboard_dir=str(root / "tensorboard"))
     return step, step.result(workspace), workspace
 
 
@@ -81,6 +82,18 @@ def test_in_loop_numbers_are_predict_and_calculate_metrics_of_the_result(trained
         for name, value in numbers.items():
             assert in_loop[entry.name][name] == pytest.approx(value, abs=TOLERANCE, rel=TOLERANCE), (entry.name, name)
     assert in_loop["tools"]["exact_match"] > 0  # something to compare
+
+
+def test_tensorboard_gets_each_eval_number_by_step(trained):
+    from .test_tracking import tensorboard_series
+
+    step, result, workspace = trained
+    (run_dir,) = (workspace.dir.parent / "tensorboard").iterdir()
+    history = history_of(result)
+    for task, metrics in history[0]["eval"].items():
+        for metric in metrics:
+            expected = [[v["step"], pytest.approx(v["eval"][task][metric], rel=1e-6)] for v in history]
+            assert tensorboard_series(run_dir, f"eval/{task}/{metric}") == expected, (task, metric)
 
 
 def history_of(result):
@@ -184,3 +197,17 @@ def test_bad_eval_settings_are_refused_when_the_graph_is_built(piqa, tools, sett
         settings = {**settings, "eval_tasks": named[settings["eval_tasks"]]}
     with pytest.raises(ConfigurationError, match=message):
         FinetuneStep(model=TINY_MODEL, tasks=[piqa], **settings)
+
+
+def test_the_training_chart_draws_the_eval_tasks(tmp_path):
+    from catwalk_steps.reports.curves import eval_curves, training_chart
+
+    validations = [{"step": s, "val_acc": 0.5, "val_loss": 1.0, "eval": {
+        "piqa": {"acc": a, "acc_stderr": 0.1, "count": 24},
+        "documents": {"word_perplexity": 90.0, "bits_per_byte": b}}} for s, a, b in ((2, 0.5, 3.0), (4, 0.6, 2.5))]
+    history = {"loss": [[1, 2.5], [2, 2.0]], "validations": validations}
+    assert eval_curves(history) == {"piqa acc": ([2, 4], [0.5, 0.6]), "documents bits_per_byte": ([2, 4], [3.0, 2.5])}
+    training_chart({"run": {**validations[1], "step": 4, "history": history}}, tmp_path / "training.png")
+    from PIL import Image
+
+    assert Image.open(tmp_path / "training.png").size[0] > 3 * 5 * 120  # three panels

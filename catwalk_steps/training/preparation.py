@@ -59,7 +59,8 @@ def training_job(
     max_length = context_window(config)
     kind = trained_kind(tasks)
     training = objective(kind)
-    own_metric = None if is_eval_metric(s.val_metric) else s.val_metric  # (else an eval task's: .downstream)
+    # The validation split's number that chooses, if it is not an eval task's (:mod:`.eval_tasks`).
+    own_metric = None if is_eval_metric(s.val_metric) else s.val_metric
     learnt = LearntTokens(s.completion_only_loss, s.assistant_only_loss)
 
     def chat_example(instance: Any, task: int) -> Optional[AnswerRow]:

@@ -125,7 +125,9 @@ class FinetuneSettings:
     """What chooses the best validation (and what ``patience`` watches): ``"accuracy"`` (multiple choice's
     default) or ``"loss"`` (the lowest); for generative tasks ``"loss"`` (their default: cross-entropy per
     answer token) or ``"exact_match"`` (greedy generations on the validation split, scored by each task's
-    rule; not under ``fsdp`` on several workers). In the cache key unless the default."""
+    rule; not under ``fsdp`` on several workers); or ``"eval/TASK/METRIC"``, a number of ``eval_tasks``
+    (the highest, or the lowest for perplexities, ``bits_per_byte``, ``ece`` and ``brier``). In the cache key
+    unless the default."""
     seed: int
     """What the batch order, each micro-batch's dropout and any freshly initialised weights (an adapter's)
     are derived from (:mod:`.seeds`): the same on any device count."""

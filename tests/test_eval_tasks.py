@@ -41,7 +41,8 @@ def eval_tasks(piqa, tools):
 
 
 def finetune(task, eval_tasks, device_count: int = 1, **extra) -> FinetuneStep:
-    """Training on the tools' answers, so that greedy answers to them become right."""
+    """Training on the tools' answers, so that greedy answers to them become right (at step 4
+    here, and wrong again at step 8, where the loss is lowest)."""
     settings = dict(
         model=TINY_MODEL, tasks=[task], batch_size=16, micro_batch_size=8, train_epochs=2, train_limit=64,
         validation_limit=12, learning_rate=3e-3, validate_every=4, eval_tasks=eval_tasks, device_count=device_count,
@@ -51,27 +52,31 @@ def finetune(task, eval_tasks, device_count: int = 1, **extra) -> FinetuneStep:
 
 
 @pytest.fixture(scope="module")
-def trained(tools, eval_tasks, tmp_path_factory):
-    root = tmp_path_factory.mktemp("eval_tasks")
+def evaluated(tools, piqa, tmp_path_factory):
+    """The quick representative: one step, one validation, a little of each eval task, tracked by
+    TensorBoard."""
+    documents = PerplexityTask(data_files={"validation": str(TINY / "perplexity" / "documents.jsonl")})
+    eval_tasks = [EvalTask(piqa, limit=8), EvalTask(tools, name="tools", limit=4),
+                  EvalTask(documents, name="documents", limit=2)]
+    root = tmp_path_factory.mktemp("evaluated")
     workspace = LocalWorkspace(root / "workspace")
-    step = finetune(tools, eval_tasks, val_metric=BY_TOOLS, tensorboard_dir=str(root / "tensorboard"))
+    step = finetune(tools, eval_tasks, train_epochs=1, train_limit=16, validation_limit=4,
+                    tensorboard_dir=str(root / "tensorboard"))
+    return step, step.result(workspace), workspace, eval_tasks
+
+
+@pytest.fixture(scope="module")
+def chosen(tools, eval_tasks, tmp_path_factory):
+    """Two validations, the weights chosen by the tools' exact match."""
+    workspace = LocalWorkspace(tmp_path_factory.mktemp("chosen"))
+    step = finetune(tools, eval_tasks, val_metric=BY_TOOLS)
     return step, step.result(workspace), workspace
 
 
-def test_in_loop_numbers_are_predict_and_calculate_metrics_of_the_result(trained, eval_tasks):
-    """The returned weights are the best validation's by an eval task's exact match (not the
-    lowest loss's), and each eval task's numbers for them are calculate_metrics of predict."""
-    step, result, workspace = trained
-    history = result.training_metrics["history"]["validations"]
-    print("history:", history)
-    assert [v["step"] for v in history] == [4, 8]
-    assert all(set(v["eval"]) == {"piqa", "tools", "documents"} for v in history)
-    by_tools = max(history, key=lambda v: (v["eval"]["tools"]["exact_match"], -v["val_loss"], -v["step"]))
-    by_loss = min(history, key=lambda v: v["val_loss"])
-    assert result.training_metrics["step"] == by_tools["step"] != by_loss["step"]
+def assert_predict_gives_the_in_loop_numbers(step, result, workspace, eval_tasks) -> None:
+    """Each eval task's numbers for the returned weights are calculate_metrics of predict."""
     in_loop = result.training_metrics["eval"]
     for entry in eval_tasks:
-        entry = entry if isinstance(entry, EvalTask) else EvalTask(entry)
         predictions = PredictStep(model=step, task=entry.task, split=entry.split, limit=entry.limit,
                                   step_name=f"predict_{entry.name}")
         metrics = CalculateMetricsStep(predictions=predictions, step_name=f"metrics_{entry.name}").result(workspace)
@@ -81,19 +86,42 @@ def test_in_loop_numbers_are_predict_and_calculate_metrics_of_the_result(trained
         assert in_loop[entry.name].keys() == numbers.keys()
         for name, value in numbers.items():
             assert in_loop[entry.name][name] == pytest.approx(value, abs=TOLERANCE, rel=TOLERANCE), (entry.name, name)
-    assert in_loop["tools"]["exact_match"] > 0  # something to compare
 
 
-def test_tensorboard_gets_each_eval_number_by_step(trained):
+def test_in_loop_numbers_are_predict_and_calculate_metrics_of_the_result(evaluated):
+    step, result, workspace, eval_tasks = evaluated
+    history = history_of(result)
+    assert [v["step"] for v in history] == [1]
+    assert history[0]["eval"] == result.training_metrics["eval"]
+    assert set(result.training_metrics["eval"]) == {"piqa", "tools", "documents"}
+    assert_predict_gives_the_in_loop_numbers(step, result, workspace, eval_tasks)
+
+
+def test_tensorboard_gets_each_eval_number_by_step(evaluated):
     from .test_tracking import tensorboard_series
 
-    step, result, workspace = trained
+    step, result, workspace, _ = evaluated
     (run_dir,) = (workspace.dir.parent / "tensorboard").iterdir()
     history = history_of(result)
     for task, metrics in history[0]["eval"].items():
         for metric in metrics:
             expected = [[v["step"], pytest.approx(v["eval"][task][metric], rel=1e-6)] for v in history]
             assert tensorboard_series(run_dir, f"eval/{task}/{metric}") == expected, (task, metric)
+
+
+@pytest.mark.full
+def test_an_eval_task_s_number_chooses_the_returned_weights(chosen, eval_tasks):
+    """The returned weights are the best validation's by an eval task's exact match (not the
+    lowest loss's), and each eval task's numbers for them are calculate_metrics of predict."""
+    step, result, workspace = chosen
+    history = history_of(result)
+    print("history:", history)
+    assert [v["step"] for v in history] == [4, 8]
+    by_tools = max(history, key=lambda v: (v["eval"]["tools"]["exact_match"], -v["val_loss"], -v["step"]))
+    by_loss = min(history, key=lambda v: v["val_loss"])
+    assert result.training_metrics["step"] == by_tools["step"] != by_loss["step"]
+    assert result.training_metrics["eval"]["tools"]["exact_match"] > 0  # something to compare
+    assert_predict_gives_the_in_loop_numbers(step, result, workspace, eval_tasks)
 
 
 def history_of(result):
@@ -110,20 +138,20 @@ def assert_same_history(history, reference, rel: float) -> None:
 
 @pytest.mark.full
 @pytest.mark.ddp
-def test_two_workers_give_the_one_worker_history(trained, tools, eval_tasks, tmp_path):
+def test_two_workers_give_the_one_worker_history(chosen, tools, eval_tasks, tmp_path):
     """Each worker scores its share of every eval task; the numbers are the one worker's (within
     what padding in other batches moves a log-likelihood), and so is the chosen validation."""
-    _, one, _ = trained
+    _, one, _ = chosen
     two = finetune(tools, eval_tasks, 2, val_metric=BY_TOOLS).result(LocalWorkspace(tmp_path))
     assert_same_history(history_of(two), history_of(one), rel=1e-4)
     assert two.training_metrics["step"] == one.training_metrics["step"]
 
 
 @pytest.mark.full
-def test_a_killed_and_resumed_run_gives_the_same_history(trained, tools, eval_tasks, tmp_path):
+def test_a_killed_and_resumed_run_gives_the_same_history(chosen, tools, eval_tasks, tmp_path):
     from .test_training_invariance import Interrupt
 
-    _, reference, _ = trained
+    _, reference, _ = chosen
     workspace = LocalWorkspace(tmp_path)
     with pytest.raises(Exception, match="interrupted at step 6"):
         finetune(tools, eval_tasks, val_metric=BY_TOOLS, callbacks=[Lazy(Interrupt, at=6)]).result(workspace)

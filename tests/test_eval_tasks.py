@@ -148,6 +148,16 @@ def test_two_workers_give_the_one_worker_history(chosen, tools, eval_tasks, tmp_
 
 
 @pytest.mark.full
+def test_micro_batching_gives_the_same_history(chosen, tools, eval_tasks, tmp_path):
+    """One forward pass a step instead of two: the weights within summation order, so the eval
+    numbers too."""
+    _, reference, _ = chosen
+    whole = finetune(tools, eval_tasks, val_metric=BY_TOOLS, micro_batch_size=16).result(LocalWorkspace(tmp_path))
+    assert_same_history(history_of(whole), history_of(reference), rel=1e-4)
+    assert whole.training_metrics["step"] == reference.training_metrics["step"]
+
+
+@pytest.mark.full
 def test_a_killed_and_resumed_run_gives_the_same_history(chosen, tools, eval_tasks, tmp_path):
     from .test_training_invariance import Interrupt
 

@@ -110,6 +110,16 @@ def test_tensorboard_gets_each_eval_number_by_step(evaluated):
 
 
 @pytest.mark.full
+def test_an_adapter_s_in_loop_numbers_are_predict_s(tools, piqa, tmp_path):
+    """Under LoRA the in-loop model is peft's, the result the adapter applied when loaded."""
+    eval_tasks = [EvalTask(piqa, limit=8), EvalTask(tools, name="tools", limit=4)]
+    workspace = LocalWorkspace(tmp_path)
+    step = finetune(tools, eval_tasks, train_epochs=1, train_limit=16, validation_limit=4,
+                    adapter={"type": "lora", "r": 4})
+    assert_predict_gives_the_in_loop_numbers(step, step.result(workspace), workspace, eval_tasks)
+
+
+@pytest.mark.full
 def test_an_eval_task_s_number_chooses_the_returned_weights(chosen, eval_tasks):
     """The returned weights are the best validation's by an eval task's exact match (not the
     lowest loss's), and each eval task's numbers for them are calculate_metrics of predict."""

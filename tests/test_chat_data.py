@@ -238,7 +238,8 @@ def test_a_chat_fine_tune_is_evaluated_under_its_template_unless_asked_otherwise
     assert same.kwargs["apply_chat_template"] == "default"
     answers = GenerationTask(data_files={"validation": str(TINY / "generation" / "validation.jsonl")})
     for other in (False, "mistral"):
-        with pytest.raises(ConfigurationError, match="fine-tuned under the chat template True: its prompts would"):
+        with pytest.raises(ConfigurationError,
+                           match="fine-tuned under its tokenizer's own chat template: its prompts would"):
             PredictStep(model=model, task=answers, apply_chat_template=other)
     allowed = PredictStep(model=model, task=answers, apply_chat_template=False, allow_other_template=True)
     assert allowed.unique_id == PredictStep(model=model, task=answers, apply_chat_template=False,

@@ -90,8 +90,8 @@ print(json.dumps({"steps": sorted(n for n in Step.list_available() if n.startswi
     found = json.loads(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout)
     assert found["loaded"] == []
     assert found["steps"] == ["catwalk::calculate_metrics", "catwalk::compare", "catwalk::export_diff",
-                              "catwalk::export_model", "catwalk::export_predictions", "catwalk::finetune", "catwalk::predict",
-                              "catwalk::print_metrics", "catwalk::tabulate_metrics"]
+                              "catwalk::export_model", "catwalk::export_predictions", "catwalk::finetune", "catwalk::olmes_table",
+                              "catwalk::predict", "catwalk::print_metrics", "catwalk::tabulate_metrics"]
     assert found["tasks"] >= 14
 
 

@@ -93,6 +93,39 @@ local suites = import "suites.libsonnet";
       average_over="task",
     ),
 
+  // OLMES v0.1's core suite (docs/tasks.md#olmes): every model of `models` (name -> spec or
+  // ref) on each core task's cloze (rc) and lettered (mc) variant, with the unconditioned
+  // requests the cloze variants make, in OLMES's table: per task each variant's primary score,
+  // the better of the two, and their macro average per model. `tasks` (core task name ->
+  // settings, e.g. data_files or limit) is merged into both variants' task configs;
+  // `predict` holds catwalk::predict's other settings.
+  olmes_tasks:: ["arc_challenge", "arc_easy", "boolq", "csqa", "hellaswag", "openbookqa", "piqa", "socialiqa", "winogrande"],
+  olmes(models, tasks={}, predict={})::
+    local runs = [
+      { model: m, task: t, formulation: f, step: std.format("%s_%s_%s", [m, t, f]) }
+      for m in std.objectFields(models)
+      for t in $.olmes_tasks
+      for f in ["rc", "mc"]
+    ];
+    std.foldl(
+      function(steps, r) steps + $.evaluate(
+        r.step,
+        models[r.model],
+        { type: "olmes", name: std.format("%s:%s::olmes", [r.task, r.formulation]) }
+        + (if std.objectHas(tasks, r.task) then tasks[r.task] else {}),
+        { unconditioned: true } + predict,
+      ),
+      runs,
+      {},
+    )
+    + {
+      table: {
+        type: "catwalk::olmes_table",
+        metrics: { [std.format("%s/%s/%s", [r.model, r.task, r.formulation])]: $.ref("metrics_" + r.step) for r in runs },
+      },
+      results: { type: "catwalk::print_metrics", table: $.ref("table"), title: "OLMES v0.1" },
+    },
+
   // Fine-tune `model` on `task`, and score it before and after. `finetune` holds
   // catwalk::finetune's other settings, `predict` catwalk::predict's; `output_dir` as in `report`.
   // `baseline` (a run of the table: "<name>/zero-shot") compares the other run with it in the

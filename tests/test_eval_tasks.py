@@ -14,6 +14,7 @@ from catwalk_steps.tasks import GenerationTask, PerplexityTask, PiqaTask
 from catwalk_steps.training.eval_tasks import EvalTask
 
 from .conftest import NO_DROPOUT, TINY, TINY_MODEL
+from .test_olmes import tiny_olmes
 
 GENERATION = TINY / "generation"
 TOLERANCE = 1e-6
@@ -53,11 +54,12 @@ def finetune(task, eval_tasks, device_count: int = 1, **extra) -> FinetuneStep:
 
 @pytest.fixture(scope="module")
 def evaluated(tools, piqa, tmp_path_factory):
-    """The quick representative: one step, one validation, a little of each eval task, tracked by
-    TensorBoard."""
+    """The quick representative: one step, one validation, a little of each eval task (and an
+    OLMES task's), tracked by TensorBoard."""
     documents = PerplexityTask(data_files={"validation": str(TINY / "perplexity" / "documents.jsonl")})
+    olmes = tiny_olmes("winogrande:rc::olmes", limit=6)  # its records name their primary metric
     eval_tasks = [EvalTask(piqa, limit=8), EvalTask(tools, name="tools", limit=4),
-                  EvalTask(documents, name="documents", limit=2)]
+                  EvalTask(documents, name="documents", limit=2), EvalTask(olmes, name="winogrande_olmes")]
     root = tmp_path_factory.mktemp("evaluated")
     workspace = LocalWorkspace(root / "workspace")
     step = finetune(tools, eval_tasks, train_epochs=1, train_limit=16, validation_limit=4,
@@ -93,7 +95,8 @@ def test_in_loop_numbers_are_predict_and_calculate_metrics_of_the_result(evaluat
     history = history_of(result)
     assert [v["step"] for v in history] == [1]
     assert history[0]["eval"] == result.training_metrics["eval"]
-    assert set(result.training_metrics["eval"]) == {"piqa", "tools", "documents"}
+    assert set(result.training_metrics["eval"]) == {"piqa", "tools", "documents", "winogrande_olmes"}
+    assert "primary_score" in result.training_metrics["eval"]["winogrande_olmes"]
     assert_predict_gives_the_in_loop_numbers(step, result, workspace, eval_tasks)
 
 

@@ -20,6 +20,7 @@ from tango.common import Tqdm
 
 from ..distributed.shards import strided_shards
 from ..kinds import RequestSetting, kind_named, kind_of_task
+from ..kinds.base import task_fields
 from ..models.chat_templates import template_renderer
 from ..models.loading import ModelSpec, context_window
 from ..tasks.chat import ChatSettings
@@ -88,8 +89,9 @@ def downstream_scores(lm: Any, tasks: Sequence[DownstreamTask], spec: ModelSpec,
         results = _gathered(computed, world_size)
         setting = RequestSetting(task=task.entry.task, conventions=conventions, config=lm.config,
                                  model_name=spec.pretrained, unconditioned=task.entry.unconditioned)
-        records = kind.records(task.instances, task.requests, task.instance_of,
-                               [results[q] for q in range(len(task.requests))], setting)
+        said = task_fields(task.entry.task, kind)  # as catwalk::predict's records say it (OLMES's primary metric)
+        records = [{**record, **said} for record in kind.records(
+            task.instances, task.requests, task.instance_of, [results[q] for q in range(len(task.requests))], setting)]
         scores[task.name] = _numbers(kind.metrics(records))
     if rank == 0:
         logger.info("Eval tasks: %s", scores_line(scores))

@@ -15,6 +15,7 @@ from catwalk_steps.training.eval_tasks import EvalTask
 
 from .conftest import NO_DROPOUT, TINY, TINY_MODEL
 from .test_olmes import tiny_olmes
+from .test_training_invariance import WEIGHT_TOLERANCE, largest_difference
 
 GENERATION = TINY / "generation"
 TOLERANCE = 1e-6
@@ -161,6 +162,19 @@ def test_two_workers_give_the_one_worker_history(chosen, tools, eval_tasks, tmp_
 
 
 @pytest.mark.full
+@pytest.mark.ddp
+def test_two_fsdp_workers_give_the_one_worker_history(chosen, tools, eval_tasks, tmp_path):
+    """Under FSDP each worker gathers the whole model for the eval tasks (their forward passes
+    and generations are its own) and reshards after: the numbers and the chosen validation are
+    the one worker's, and training goes on as sharded as before."""
+    _, one, _ = chosen
+    two = finetune(tools, eval_tasks, 2, val_metric=BY_TOOLS, strategy="fsdp").result(LocalWorkspace(tmp_path))
+    assert_same_history(history_of(two), history_of(one), rel=1e-4)
+    assert two.training_metrics["step"] == one.training_metrics["step"]
+    assert largest_difference(two.state_dict, one.state_dict) < WEIGHT_TOLERANCE
+
+
+@pytest.mark.full
 def test_micro_batching_gives_the_same_history(chosen, tools, eval_tasks, tmp_path):
     """One forward pass a step instead of two: the weights within summation order, so the eval
     numbers too."""
@@ -230,7 +244,6 @@ def test_eval_tasks_are_in_the_key_only_when_set(piqa, tools):
 @pytest.mark.parametrize("settings, message", [
     (dict(val_metric="eval/piqa/acc"), "names an eval task, but eval_tasks is empty"),
     (dict(eval_tasks="piqa", validation_split=None), "needs a validation_split"),
-    (dict(eval_tasks="piqa", strategy="fsdp", device_count=2), "strategy fsdp"),
     (dict(eval_tasks="twice"), "two entries are named piqa"),
     (dict(eval_tasks="test split"), "has no split 'test'"),
     (dict(eval_tasks="limit 0"), "limit must be at least 1"),

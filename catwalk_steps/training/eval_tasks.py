@@ -88,10 +88,10 @@ def higher_is_better(selected: str) -> bool:
     return not (selected == "val_loss" or (is_eval_metric(selected) and _named(selected)[1] in LOWER_IS_BETTER))
 
 
-def check_eval_tasks(kwargs: Dict[str, Any], workers: int) -> None:
+def check_eval_tasks(kwargs: Dict[str, Any]) -> None:
     """Refuses, when the step graph is built, eval tasks that cannot be scored (a kind no request
-    kind answers, a missing split, a chat task's rows without a template, two of one name, a
-    model sharded over several workers) and a ``val_metric`` no eval task measures."""
+    kind answers, a missing split, a chat task's rows without a template, two of one name) and a
+    ``val_metric`` no eval task measures."""
     entries = eval_entries(kwargs.get("eval_tasks"))
     val_metric = kwargs.get("val_metric")
     if not entries:
@@ -100,11 +100,6 @@ def check_eval_tasks(kwargs: Dict[str, Any], workers: int) -> None:
         return
     if kwargs.get("validation_split", "validation") is None:
         raise ConfigurationError("eval_tasks are scored at each validation, which needs a validation_split")
-    if kwargs.get("strategy", "ddp") == "fsdp" and workers > 1:
-        raise ConfigurationError(
-            "eval_tasks are scored on each worker's share with the whole model, which workers sharded with strategy "
-            "fsdp do not hold: train with ddp, or evaluate the result with catwalk::predict"
-        )
     names = [entry.name for entry in entries]
     twice = sorted({name for name in names if names.count(name) > 1})
     if twice:

@@ -48,7 +48,7 @@ from .gradients import clip_gradients
 from .optimizers import build_optimizer, build_schedule
 from .result import write_result
 from .seeds import derive_seed
-from .strategies import gradient_sync, placed_model
+from .strategies import gradient_sync, placed_model, whole_on_every_worker
 from .throughput import Throughput, peak_flops
 from .trained_kind import objective
 
@@ -180,7 +180,9 @@ def validate(
                                      job.max_length, job.plan.micro_batch_size), dtype=torch.float64, device=device)
     scores = training.validation_scores(_sums_over_workers(sums), job.selected, len(job.validation))
     if job.eval_tasks:
-        scores[EVAL] = downstream_scores(model.scoring_lm, job.eval_tasks, job.spec, job.conventions, rank, world_size)
+        with whole_on_every_worker(model):  # (FSDP: each worker scores a share of its own)
+            scores[EVAL] = downstream_scores(model.scoring_lm, job.eval_tasks, job.spec, job.conventions, rank,
+                                             world_size)
     model.train()
     return scores
 

@@ -149,7 +149,8 @@ class FinetuneSettings:
     false, name: "piqa"}`` (:class:`.eval_tasks.EvalTask`). Their numbers are in every validation record
     as ``eval[TASK][METRIC]`` (so ``training_metrics["eval"]`` for the returned weights and in
     ``history``), logged as ``eval/TASK/METRIC``; ``val_metric: "eval/TASK/METRIC"`` chooses by one.
-    Needs a ``validation_split``; not under ``fsdp`` on several workers. In the cache key when set."""
+    Needs a ``validation_split``. Under ``fsdp`` each worker holds the whole model while it scores (its
+    memory then). In the cache key when set."""
     validate_every: Optional[int]
     """Steps between validations, each followed by a checkpoint; by default, every epoch. The returned
     weights are those of the best validation (by ``val_metric``; of equal accuracies, the lowest loss), or
@@ -273,7 +274,7 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
             raise ConfigurationError("patience needs a validation_split to watch")
     check_callbacks(kwargs.get("callbacks"))
     check_tracking(kwargs)
-    check_eval_tasks(kwargs, kwargs.get("device_count", 1) * kwargs.get("nodes", 1))
+    check_eval_tasks(kwargs)
     check_val_metric(kwargs)  # and that the tasks are all of one kind
     conversations = any(holds_conversations(task, kwargs.get(name, defaults.get(name)))
                         for task in kwargs.get("tasks") or [] for name in ("train_split", "validation_split"))

@@ -124,6 +124,21 @@ def test_an_adapter_s_in_loop_numbers_are_predict_s(tools, piqa, tmp_path):
 
 
 @pytest.mark.full
+def test_a_chat_fine_tune_s_eval_tasks_are_scored_under_its_template(piqa, tmp_path):
+    """Under apply_chat_template the result keeps the template, and catwalk::predict scores it so:
+    so do the eval tasks (a multiple-choice task and chat data)."""
+    from .test_chat_data import CHAT_MODEL
+
+    chat = GenerationTask(data_files={split: str(TINY / "chat" / f"{split}.jsonl") for split in ("train", "validation")},
+                          max_new_tokens=8)
+    eval_tasks = [EvalTask(piqa, limit=4), EvalTask(chat, name="chat", limit=4)]
+    workspace = LocalWorkspace(tmp_path)
+    step = FinetuneStep(model=CHAT_MODEL, tasks=[chat], apply_chat_template=True, batch_size=8, train_limit=8,
+                        validation_limit=4, eval_tasks=eval_tasks, step_name="finetune")
+    assert_predict_gives_the_in_loop_numbers(step, step.result(workspace), workspace, eval_tasks)
+
+
+@pytest.mark.full
 def test_an_eval_task_s_number_chooses_the_returned_weights(chosen, eval_tasks):
     """The returned weights are the best validation's by an eval task's exact match (not the
     lowest loss's), and each eval task's numbers for them are calculate_metrics of predict."""
@@ -248,6 +263,7 @@ def test_eval_tasks_are_in_the_key_only_when_set(piqa, tools):
     (dict(eval_tasks="test split"), "has no split 'test'"),
     (dict(eval_tasks="limit 0"), "limit must be at least 1"),
     (dict(eval_tasks="documents", apply_chat_template=True), "no prompt to put in a conversation"),
+    (dict(eval_tasks="chat"), "holds conversations .* only a chat template turns into prompts"),
     (dict(eval_tasks="piqa", val_metric="eval/arc/acc"), "no eval task is named 'arc'"),
     (dict(eval_tasks="piqa", val_metric="eval/piqa/exact_match"), "metrics that can choose are acc, acc_norm"),
     (dict(eval_tasks="tools", val_metric="eval/tools/acc"), "metrics that can choose are exact_match, f1"),
@@ -256,7 +272,8 @@ def test_eval_tasks_are_in_the_key_only_when_set(piqa, tools):
 def test_bad_eval_settings_are_refused_when_the_graph_is_built(piqa, tools, settings, message):
     documents = PerplexityTask(data_files={"validation": str(TINY / "perplexity" / "documents.jsonl")})
     named = {"piqa": [piqa], "twice": [piqa, EvalTask(piqa, limit=4)], "test split": [EvalTask(piqa, split="test")],
-             "limit 0": [EvalTask(piqa, limit=0)], "documents": [documents], "tools": [EvalTask(tools, name="tools")]}
+             "limit 0": [EvalTask(piqa, limit=0)], "documents": [documents], "tools": [EvalTask(tools, name="tools")],
+             "chat": [GenerationTask(data_files={"validation": str(TINY / "chat" / "validation.jsonl")})]}
     if "eval_tasks" in settings:
         settings = {**settings, "eval_tasks": named[settings["eval_tasks"]]}
     with pytest.raises(ConfigurationError, match=message):

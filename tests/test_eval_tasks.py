@@ -129,8 +129,8 @@ def test_a_chat_fine_tune_s_eval_tasks_are_scored_under_its_template(piqa, tmp_p
     so do the eval tasks (a multiple-choice task and chat data)."""
     from .test_chat_data import CHAT_MODEL
 
-    chat = GenerationTask(data_files={split: str(TINY / "chat" / f"{split}.jsonl") for split in ("train", "validation")},
-                          max_new_tokens=8)
+    chat = GenerationTask(
+        data_files={split: str(TINY / "chat" / f"{split}.jsonl") for split in ("train", "validation")}, max_new_tokens=8)
     eval_tasks = [EvalTask(piqa, limit=4), EvalTask(chat, name="chat", limit=4)]
     workspace = LocalWorkspace(tmp_path)
     step = FinetuneStep(model=CHAT_MODEL, tasks=[chat], apply_chat_template=True, batch_size=8, train_limit=8,
@@ -245,6 +245,12 @@ def test_a_plain_task_and_a_task_with_settings_both_read_from_a_config(piqa):
     first, second = step.kwargs["eval_tasks"]
     assert isinstance(first, PiqaTask) and isinstance(second, EvalTask) and (second.name, second.limit) == ("piqa_8", 8)
     assert "eval_tasks" in FinetuneSettings.__dataclass_fields__
+
+
+def test_an_olmes_task_s_primary_score_can_choose(tools):
+    olmes = EvalTask(tiny_olmes("winogrande:rc::olmes"), name="winogrande")
+    FinetuneStep(model=TINY_MODEL, tasks=[tools], eval_tasks=[olmes], val_metric="eval/winogrande/primary_score")
+    FinetuneStep(model=TINY_MODEL, tasks=[tools], eval_tasks=[olmes], val_metric="eval/winogrande/acc_raw")
 
 
 def test_eval_tasks_are_in_the_key_only_when_set(piqa, tools):

@@ -22,7 +22,8 @@ def headline(metrics: Mapping[str, float]) -> str:
     """The number of an eval task's metrics that its curve draws: its first that is neither a
     standard error, a count nor a perplexity (``acc``, ``exact_match``, ``bits_per_byte``), on a
     scale the other curves share."""
-    drawn = (name for name in metrics if not (name.endswith(("_stderr", "perplexity")) or name in ("count", "truncated")))
+    drawn = (name for name in metrics
+             if not (name.endswith(("_stderr", "perplexity")) or name in ("count", "truncated")))
     return next(drawn, next(iter(metrics)))
 
 

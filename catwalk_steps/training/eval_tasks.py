@@ -13,6 +13,7 @@ from tango.common.exceptions import ConfigurationError
 
 from ..kinds import conversational_kinds, kind_of_task
 from ..reports.accuracy import RANKINGS
+from ..reports.olmes import OLMES_NAMES
 from ..tasks import Task
 from ..tasks.base import check_limit, check_prompts, check_split
 from ..tasks.chat import check_chat_settings
@@ -128,8 +129,12 @@ def _check_measured(val_metric: str, tasks: Dict[str, Any]) -> None:
     task = tasks[name]
     if isinstance(task, Step):
         return
-    # A generative task's metrics are its own (``exact_match/strict-match``, ...).
-    selectable = getattr(task, "METRICS", ()) if task.REQUEST_TYPE == "generate_until" else SELECTABLE.get(task.REQUEST_TYPE, ())
+    # A generative task's metrics are its own (``exact_match/strict-match``, ...); a task that names a
+    # primary metric (OLMES's) also reports OLMES's names and its primary score.
+    generative = task.REQUEST_TYPE == "generate_until"
+    selectable = getattr(task, "METRICS", ()) if generative else SELECTABLE.get(task.REQUEST_TYPE, ())
+    if getattr(task, "primary_metric", None) is not None:
+        selectable = (*selectable, *OLMES_NAMES, "primary_score")
     if metric not in selectable:
         raise ConfigurationError(f"val_metric {val_metric!r}: the {name} task's metrics that can choose are "
                                  f"{', '.join(selectable)}")

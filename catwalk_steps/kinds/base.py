@@ -133,6 +133,16 @@ class RequestKind:
         raise NotImplementedError
 
 
+def task_fields(task: Any, kind: RequestKind) -> Record:
+    """What every record of ``task`` says beside its kind's own fields: its request ``kind``, the
+    shots its prompt holds (``num_shots``) and, for a task that names one (OLMES's), its
+    ``primary_metric``, which the kind's metrics read."""
+    said = {"kind": kind.name, "num_shots": getattr(task, "num_shots", 0)}
+    if getattr(task, "primary_metric", None) is not None:
+        said["primary_metric"] = task.primary_metric
+    return said
+
+
 def with_group(record: Record, instance: Any) -> Record:
     """``record`` with its instance's group (MMLU's subject), where it has one."""
     return record if instance.group is None else {**record, "group": instance.group}

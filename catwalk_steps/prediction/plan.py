@@ -14,14 +14,16 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import torch
 from tango.common.exceptions import ConfigurationError
 
+from ..distributed.shards import strided_shards
 from ..kinds import RequestKind, RequestSetting, kind_of_task
+from ..kinds.base import task_fields
 from ..models.chat_templates import template_renderer
 from ..models.finetuned import FinetunedModel
 from ..models.loading import ModelSpec
 from ..storage.hashing import fingerprint
 from ..tasks import Task
 from ..tasks.chat import ChatSettings
-from .workers import PredictionJob, run_on_workers, strided_shards
+from .workers import PredictionJob, run_on_workers
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +63,7 @@ def predictions(plan: PredictionPlan) -> Records:
     with its request kind (``kind``), the shots its prompt holds (``num_shots``) and, for a task
     that names one (OLMES's), its ``primary_metric``."""
     kind = kind_of_task(plan.task)
-    said = {"kind": kind.name, "num_shots": getattr(plan.task, "num_shots", 0)}
-    if getattr(plan.task, "primary_metric", None) is not None:
-        said["primary_metric"] = plan.task.primary_metric
+    said = task_fields(plan.task, kind)
     return [{**record, **said} for record in _records(plan, kind)]
 
 

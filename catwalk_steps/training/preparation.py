@@ -11,14 +11,14 @@ from typing import Any, List, Optional, Sequence
 from tango.common.exceptions import ConfigurationError
 from tango.workspace import Workspace
 
+from ..models.answer_rows import AnswerRow, answer_row
 from ..models.chat_templates import template_renderer
 from ..models.loading import context_window
+from ..models.packing import packed
 from ..models.prompt_room import generation_requests
 from ..tasks.chat import ChatFormat
 from ..tracking.settings import Tracking
 from .batches import BatchPlan, micro_batch_size_for
-from ..models.answer_rows import AnswerRow, answer_row
-from ..models.packing import packed
 from .chat_rows import LearntTokens, check_generation_markers, check_learnt_tokens_apply, row_tokens
 from .downstream import downstream_tasks
 from .eval_tasks import eval_entries, is_eval_metric

@@ -34,7 +34,8 @@ class FinetuneStep(Step):
     """Fine-tunes a causal LM as a rank classifier on the train splits of one or more tasks.
 
     The loss is the cross-entropy over each instance's choices, scored by summed log-likelihood;
-    on generative tasks, the cross-entropy of the answer tokens (:mod:`catwalk_steps.kinds.generation`).
+    on generative tasks, the cross-entropy of the answer tokens (:mod:`catwalk_steps.kinds.generation`);
+    on preference tasks, DPO as TRL's ``DPOTrainer`` runs it (:mod:`catwalk_steps.kinds.preference`).
     ``batch_size`` is the global batch of every optimizer step; ``micro_batch_size`` (the memory
     knob, per device) cuts it into micro-batches that the ``device_count`` DDP workers share out,
     accumulating gradients. The micro-batches, and the dropout masks of each (seeded from the
@@ -67,7 +68,8 @@ class FinetuneStep(Step):
     SKIP_DEFAULT_ARGUMENTS = {
         "optimizer": None, "lr_scheduler": None, "patience": None, "decay_biases_and_norms": False,
         "val_metric": None, "add_bos_token": None, "apply_chat_template": False, "completion_only_loss": None,
-        "assistant_only_loss": None, "packing": False,
+        "assistant_only_loss": None, "packing": False, "beta": 0.1, "loss_type": "sigmoid", "loss_weights": None,
+        "label_smoothing": 0.0,
     }
     METADATA = {"artifact_kind": "model"}
 
@@ -134,6 +136,10 @@ class FinetuneStep(Step):
         wandb_tags: Optional[List[str]] = None,
         wandb_name: Optional[str] = None,
         tensorboard_dir: Optional[str] = None,
+        beta: float = 0.1,
+        loss_type: Union[str, List[str]] = "sigmoid",
+        loss_weights: Optional[List[float]] = None,
+        label_smoothing: float = 0.0,
     ) -> FinetunedModel:
         """Fine-tunes with these settings, each documented on
         :class:`catwalk_steps.training.settings.FinetuneSettings`."""

@@ -8,6 +8,7 @@ from .lm_eval_bridge import LmEvalTask
 from .mmlu import MmluTask
 from .perplexity import DocumentTask, PerplexityTask, WikiTextTask
 from .piqa import PiqaTask
+from .preference import PreferenceInstance, PreferenceTask
 from .qa import SquadTask, TriviaQATask
 from .sciq import SciQTask
 from .siqa import SocialIQaTask
@@ -39,6 +40,8 @@ __all__ = [
     "OpenBookQATask",
     "PerplexityTask",
     "PiqaTask",
+    "PreferenceInstance",
+    "PreferenceTask",
     "Row",
     "SciQTask",
     "SocialIQaTask",

@@ -56,7 +56,8 @@ def training_job(
     conventions, config = conventions or spec.conventions(), spec.load_config()
     max_length = context_window(config)
     kind = trained_kind(tasks)
-    training = objective(kind)
+    objective_settings = {name: getattr(s, name) for name in objective(kind).settings}
+    training = objective(kind).configured(**objective_settings)
     learnt = LearntTokens(s.completion_only_loss, s.assistant_only_loss)
 
     def chat_example(instance: Any, task: int) -> Optional[AnswerRow]:
@@ -110,6 +111,7 @@ def training_job(
         selected=training.record_key(s.val_metric),
         tasks=tasks if training.generates(s.val_metric) else None,
         task_metrics=training.task_metrics(s.val_metric, tasks),
+        objective_settings=objective_settings,
         workspace=workspace,
         step_id=step_id,
         step_name=step_name,

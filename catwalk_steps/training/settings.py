@@ -12,7 +12,7 @@ from tango.common.lazy import Lazy
 from tango.integrations.torch import LRScheduler, Optimizer, TrainCallback
 
 from ..distributed.devices import check_device_setting
-from ..kinds import conversational_kinds
+from ..kinds import KINDS, conversational_kinds
 from ..models.adapters import Adapter, peft_config
 from ..models.chat_templates import check_model_template
 from ..models.loading import ModelSpec
@@ -191,6 +191,20 @@ class FinetuneSettings:
     tensorboard_dir: Optional[str]
     """Also write the same numbers as TensorBoard event files into ``<tensorboard_dir>/<step name>-<id>``.
     Not in the cache key."""
+    beta: float
+    """Preference tasks (DPO, :mod:`catwalk_steps.kinds.preference`): TRL's ``beta``, how far the
+    model may move from the reference (the starting model): larger, less. For ``ipo``, its τ."""
+    loss_type: Union[str, List[str]]
+    """Preference tasks: TRL's DPO loss, ``"sigmoid"`` (DPO's own), ``"hinge"``, ``"ipo"``,
+    ``"sigmoid_norm"``, ``"robust"``, ``"exo_pair"``, ``"nca_pair"``, ``"bco_pair"``, ``"sppo_hard"``,
+    ``"apo_zero"`` or ``"apo_down"``, each TRL 1.16's formula (:mod:`catwalk_steps.models.preference_loss`),
+    or a list of them, summed under ``loss_weights``."""
+    loss_weights: Optional[List[float]]
+    """Preference tasks: one weight per ``loss_type`` of a list (TRL's; by default 1 each)."""
+    label_smoothing: float
+    """Preference tasks: TRL's ``label_smoothing``, the probability that a preference is flipped,
+    read by the ``robust`` loss (in [0, 0.5)) and as ``exo_pair``'s ε (above 0); refused with a
+    loss that does not read it."""
 
 
     @property
@@ -261,6 +275,7 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
     check_callbacks(kwargs.get("callbacks"))
     check_tracking(kwargs)
     check_val_metric(kwargs)  # and that the tasks are all of one kind
+    check_objective_settings(kwargs, defaults)
     for task in kwargs.get("tasks") or []:
         for name in ("train_split", "validation_split"):
             check_split(name, task, kwargs.get(name, defaults.get(name)))
@@ -282,6 +297,22 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
     check_learnt_tokens(kwargs)
     check_model_template(kwargs)
     return kwargs
+
+
+def check_objective_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> None:
+    """A setting of a kind's loss (:attr:`~catwalk_steps.kinds.TrainingObjective.settings`, DPO's
+    ``beta``, ...) is checked by that objective, and refused, changed from its default, for the
+    tasks of another kind."""
+    tasks = [task for task in kwargs.get("tasks") or [] if not isinstance(task, Step)]
+    if not tasks:  # (tasks other steps make: checked when run)
+        return
+    training = objective(trained_kind(tasks))
+    for kind in KINDS.values():
+        for name in (kind.training.settings if kind.training and kind.training is not training else ()):
+            if name in kwargs and kwargs[name] != defaults[name]:
+                raise ConfigurationError(f"{name} is a setting of fine-tuning on {kind.training.tasks_called} tasks, "
+                                         f"not on {training.tasks_called} ones")
+    training.configured(**{name: kwargs.get(name, defaults[name]) for name in training.settings})
 
 
 def check_learnt_tokens(kwargs: Dict[str, Any]) -> None:

@@ -115,6 +115,24 @@ def margins(records: Sequence[Mapping[str, Any]], field: str = "logps") -> np.nd
     return values[:, 0] - values[:, 1]
 
 
+def check_reference_model(kwargs: Mapping[str, Any]) -> None:
+    """``catwalk::predict``'s ``reference_model`` is for preference tasks, refused for any other."""
+    task = kwargs.get("task")
+    if kwargs.get("reference_model") is not None and getattr(task, "REQUEST_TYPE", None) != Preference.name:
+        raise ConfigurationError(f"reference_model measures DPO's implicit rewards of preference pairs; "
+                                 f"{type(task).__name__} is not a preference task")
+    if isinstance(kwargs.get("reference_model"), str):
+        from ..models.loading import ModelSpec
+
+        ModelSpec.parse(kwargs["reference_model"])
+
+
+def with_reference_logps(records: List[Record], reference: Sequence[Mapping[str, Any]]) -> List[Record]:
+    """``records`` each with the reference model's log-probabilities of the same pair."""
+    assert [r["id"] for r in records] == [r["id"] for r in reference]
+    return [{**record, "reference_logps": other["logps"]} for record, other in zip(records, reference)]
+
+
 class Preference(RequestKind):
     name = "preference"
     journal = "preference_scores"

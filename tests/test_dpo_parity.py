@@ -66,8 +66,8 @@ def implicit_prompt_rows() -> List[Dict[str, Any]]:
 
 
 ROWS = {"plain": plain_rows, "conversational": conversational_rows, "implicit": implicit_prompt_rows}
-#: (rows, our settings, TRL's settings). Every loss type on plain rows; the quick run checks DPO's
-#: own (sigmoid) on plain and conversational rows.
+#: (rows, our settings, TRL's settings). Every loss type on plain rows, and DPO's own (sigmoid) on
+#: every kind of row.
 CASES = {
     "plain-sigmoid": ("plain", {}, {}),
     "conversational-sigmoid": ("conversational", {}, {}),
@@ -92,7 +92,8 @@ CASES = {
     "plain-accumulated": ("plain", dict(micro_batch_size=2),
                           dict(per_device_train_batch_size=2, gradient_accumulation_steps=3)),
 }
-QUICK = {"plain-sigmoid", "conversational-sigmoid"}
+#: The quick run's representative (a template, rewards, the step); the rest run under --full.
+QUICK = {"conversational-sigmoid"}
 
 
 @pytest.fixture(scope="module")
@@ -234,3 +235,34 @@ def test_rows_rewards_and_one_step_equal_trl(case, zephyr_llama, tmp_path):
     logged = our_rewards(job, result)
     for name, value in logged.items():
         assert value == pytest.approx(second[name], rel=1e-4, abs=1e-6), name
+
+
+@pytest.mark.full
+def test_a_lora_step_equals_trls_with_its_peft_config(zephyr_llama, tmp_path):
+    """TRL with ``peft_config`` (its reference: the adapter disabled) and ours with the same
+    adapter settings, TRL's adapter started from our initial adapter weights: one step changes
+    the adapter alike."""
+    from tango.workspaces import LocalWorkspace
+
+    from catwalk_steps.models.adapters import peft_config
+    from catwalk_steps.training.seeds import derive_seed
+
+    adapter = {"type": "lora", "r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+    rows = conversational_rows()
+    data = write_jsonl(tmp_path / "train.jsonl", rows)
+    step = our_step(zephyr_llama, data, len(rows), True, dict(adapter=adapter))
+    job = our_job(step, tmp_path / "rows")
+    torch.manual_seed(derive_seed(job.plan.seed, "init"))  # as each worker starts
+    start = {name: p.detach().clone() for name, p in job.build_model().lm.named_parameters() if "lora_" in name}
+    trainer = trl_trainer(zephyr_llama, data, len(rows), {}, tmp_path / "trl", peft_config=peft_config(adapter))
+    theirs = dict(trainer.model.named_parameters())
+    with torch.no_grad():
+        for name, weight in start.items():
+            theirs[name].copy_(weight)
+    trainer.train()
+    result = step.result(LocalWorkspace(tmp_path / "ours")).state_dict
+    ours = {name: next(v for k, v in result.items() if name.endswith(k) or k.endswith(name.split("base_model.model.")[-1]))
+            for name in start}
+    worst = weight_change_difference(start, step_one(trainer).weights, ours)
+    print(f"lora: largest relative difference of an adapter weight change from TRL's: {worst:.1e}")
+    assert worst < TOLERANCE

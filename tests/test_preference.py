@@ -142,3 +142,26 @@ def test_a_reference_model_is_for_preference_tasks():
     with pytest.raises(ConfigurationError, match="reference_model measures DPO's implicit rewards"):
         PredictStep(model="rc::gpt2", task=PiqaTask(data_files={"validation": str(TINY / "validation.jsonl")}),
                     reference_model="rc::gpt2")
+
+
+@pytest.mark.full
+@pytest.mark.ddp
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_one_and_two_workers_give_the_same_dpo_model(strategy, tmp_path):
+    """Micro-batches of one pair, accumulated, on 1 worker and shared out over 2 (whose reference
+    log-probabilities each measures half of): the same weights and validation numbers."""
+    from .conftest import NO_DROPOUT, TINY_MODEL
+
+    rows = [{"prompt": f"Question: what is {n} plus {n}?\nAnswer:", "chosen": f" {2 * n}", "rejected": f" {n + 3}"}
+            for n in range(12)]
+    data = {split: str(write_jsonl(tmp_path / f"{split}.jsonl", part)) for split, part in
+            (("train", rows[:8]), ("validation", rows[8:]))}
+    results = [FinetuneStep(model=TINY_MODEL, tasks=[PreferenceTask(data_files=data)], batch_size=4, micro_batch_size=1,
+                            train_epochs=2, learning_rate=1e-3, config_overrides=NO_DROPOUT, device_count=workers,
+                            strategy=strategy).result(LocalWorkspace(tmp_path / f"ws{workers}"))
+               for workers in (1, 2)]
+    one, two = (result.state_dict for result in results)
+    assert max((one[name] - two[name]).abs().max().item() for name in one) < 1e-4
+    first, second = (result.training_metrics["history"]["validations"] for result in results)
+    for a, b in zip(first, second):
+        assert a.keys() == b.keys() and all(a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6) for k in a)

@@ -24,7 +24,6 @@ from .conventions import common_prefix
 from .scoring import Query
 
 if TYPE_CHECKING:
-    from ..tasks.preference import PreferenceInstance
     from .conventions import TokenConventions
 
 
@@ -49,8 +48,9 @@ class PreferenceRow:
         return replace(self, reference=(chosen, rejected))
 
 
-def encoded_pair(conventions: "TokenConventions", instance: "PreferenceInstance") -> Tuple[list, list, list]:
-    """The token ids of the prompt and of the prompt followed by each answer, as TRL encodes them."""
+def encoded_pair(conventions: "TokenConventions", instance: Any) -> Tuple[list, list, list]:
+    """The token ids of ``instance``'s prompt and of the prompt followed by each answer, as TRL
+    encodes them (``instance``: a :class:`catwalk_steps.tasks.preference.PreferenceInstance`)."""
     answers = instance.chosen, instance.rejected
     if instance.chat:
         encode = conventions.plain
@@ -67,7 +67,7 @@ def encoded_pair(conventions: "TokenConventions", instance: "PreferenceInstance"
     return encode(instance.prompt), encode(answers[0]), encode(answers[1])
 
 
-def pair_queries(conventions: "TokenConventions", instance: "PreferenceInstance") -> Tuple[Query, Query]:
+def pair_queries(conventions: "TokenConventions", instance: Any) -> Tuple[Query, Query]:
     """The pair's (prompt, chosen answer) and (prompt, rejected answer) queries, whole: the
     answers start where the prompt's encoding and either sequence's part."""
     prompt, chosen, rejected = encoded_pair(conventions, instance)
@@ -81,7 +81,7 @@ def pair_queries(conventions: "TokenConventions", instance: "PreferenceInstance"
     return Query(context, tuple(chosen[start:])), Query(context, tuple(rejected[start:]))
 
 
-def preference_row(conventions: "TokenConventions", instance: "PreferenceInstance",
+def preference_row(conventions: "TokenConventions", instance: Any,
                    max_length: int) -> Optional[PreferenceRow]:
     """``instance`` as a training row, each sequence cut to the window of ``max_length`` tokens
     keeping its start; ``None`` where its prompt leaves no room for an answer's token."""

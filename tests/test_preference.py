@@ -165,3 +165,26 @@ def test_one_and_two_workers_give_the_same_dpo_model(strategy, tmp_path):
     first, second = (result.training_metrics["history"]["validations"] for result in results)
     for a, b in zip(first, second):
         assert a.keys() == b.keys() and all(a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6) for k in a)
+
+
+@pytest.mark.full
+def test_precomputed_reference_log_probs_are_one_cached_step_and_train_the_same_model(mistral_llama, pairs, tmp_path):
+    """``precompute_ref_log_probs: true``: a sweep over ``beta`` shares one reference step (one
+    key), and the model trained from its values is the one the workers' own measurement trains."""
+    from catwalk_steps.steps.reference_log_probs import ReferenceLogProbsStep
+
+    task = PreferenceTask(data_files=pairs)
+
+    def finetune(**extra) -> FinetuneStep:
+        return FinetuneStep(model=mistral_llama, tasks=[task], batch_size=2, train_epochs=1, learning_rate=1e-3,
+                            **extra)
+
+    sweep = [finetune(beta=beta, precompute_ref_log_probs=True) for beta in (0.1, 0.5)]
+    references = [step.kwargs["precompute_ref_log_probs"] for step in sweep]
+    assert all(isinstance(step, ReferenceLogProbsStep) for step in references)
+    assert references[0].unique_id == references[1].unique_id
+    workspace = LocalWorkspace(tmp_path / "ws")
+    precomputed, measured = sweep[0].result(workspace), finetune().result(workspace)
+    assert max((precomputed.state_dict[k] - measured.state_dict[k]).abs().max().item() for k in measured.state_dict) < 1e-5
+    (a,), (b,) = (m.training_metrics["history"]["validations"] for m in (precomputed, measured))
+    assert all(a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6) for k in a)

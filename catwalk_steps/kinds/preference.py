@@ -43,15 +43,17 @@ class PreferenceObjective(TrainingObjective):
     tasks_called = "preference"
     val_metrics = ("loss", "rewards/accuracies", "rewards/margins")
     val_metrics_why = "validation measures DPO's loss and TRL's reward numbers"
-    settings = ("beta", "loss_type", "loss_weights", "label_smoothing")
+    settings = ("beta", "loss_type", "loss_weights", "label_smoothing", "precompute_ref_log_probs")
 
     def __init__(self, loss: Any = None) -> None:
         self.loss = loss
 
-    def configured(self, **settings: Any) -> "PreferenceObjective":
+    def configured(self, precompute_ref_log_probs: Any = False, **loss: Any) -> "PreferenceObjective":
+        """DPO's loss of the step's settings (the precomputed reference log-probabilities are the
+        rows', attached where they are read: :mod:`catwalk_steps.training.preparation`)."""
         from ..models.preference_loss import DPOLoss
 
-        return PreferenceObjective(DPOLoss.of(**settings))
+        return PreferenceObjective(DPOLoss.of(**loss))
 
     def examples(self, conventions, instances_per_task, max_length, desc, chat_example) -> List[Example]:
         from ..models.preference_rows import preference_row

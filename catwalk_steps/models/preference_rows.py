@@ -16,7 +16,7 @@ answer's, built by :func:`preference_row` and nowhere else, token for token as T
 """
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 from tango.common.exceptions import ConfigurationError
 
@@ -90,3 +90,12 @@ def preference_row(conventions: "TokenConventions", instance: Any,
     if room <= 0:
         return None
     return PreferenceRow(chosen.context, chosen.continuation[:room], rejected.continuation[:room])
+
+
+def with_measured_references(rows: List[PreferenceRow], values: Sequence[Sequence[float]], split: str) -> List[PreferenceRow]:
+    """``rows`` with the reference log-probabilities ``values`` measured for them (one pair each,
+    in order) by ``catwalk::reference_log_probs``."""
+    if len(values) != len(rows):
+        raise ConfigurationError(f"The precomputed reference log-probabilities of the {split} split are of "
+                                 f"{len(values)} pairs, and it has {len(rows)}")
+    return [row.with_reference(*value) for row, value in zip(rows, values)]

@@ -26,6 +26,7 @@ from ..training.checkpoints import CHECKPOINTS
 from ..training.fine_tuning import fine_tune, join_fine_tuning
 from ..training.result import RESULT
 from ..training.settings import FinetuneSettings, check_settings
+from .reference_log_probs import REFERENCE_SETTINGS, ReferenceLogProbsStep
 
 
 @Step.register("catwalk::finetune")
@@ -69,7 +70,7 @@ class FinetuneStep(Step):
         "optimizer": None, "lr_scheduler": None, "patience": None, "decay_biases_and_norms": False,
         "val_metric": None, "add_bos_token": None, "apply_chat_template": False, "completion_only_loss": None,
         "assistant_only_loss": None, "packing": False, "beta": 0.1, "loss_type": "sigmoid", "loss_weights": None,
-        "label_smoothing": 0.0,
+        "label_smoothing": 0.0, "precompute_ref_log_probs": False,
     }
     METADATA = {"artifact_kind": "model"}
 
@@ -81,7 +82,11 @@ class FinetuneStep(Step):
     @classmethod
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         """Settings are checked when the step graph is built, before any step of a run starts."""
-        return with_model_names(check_settings(kwargs, _RUN_DEFAULTS))
+        kwargs = with_model_names(check_settings(kwargs, _RUN_DEFAULTS))
+        if kwargs.get("precompute_ref_log_probs") is True:  # computed once by a step of its own
+            kwargs["precompute_ref_log_probs"] = ReferenceLogProbsStep(
+                settings={name: kwargs[name] for name in REFERENCE_SETTINGS if name in kwargs})
+        return kwargs
 
     @property
     def resources(self) -> StepResources:
@@ -140,6 +145,7 @@ class FinetuneStep(Step):
         loss_type: Union[str, List[str]] = "sigmoid",
         loss_weights: Optional[List[float]] = None,
         label_smoothing: float = 0.0,
+        precompute_ref_log_probs: Union[bool, Dict[str, Any]] = False,
     ) -> FinetunedModel:
         """Fine-tunes with these settings, each documented on
         :class:`catwalk_steps.training.settings.FinetuneSettings`."""

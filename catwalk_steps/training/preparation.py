@@ -19,6 +19,7 @@ from ..tracking.settings import Tracking
 from .batches import BatchPlan, micro_batch_size_for
 from ..models.answer_rows import AnswerRow, answer_row
 from ..models.packing import packed
+from ..models.preference_rows import with_measured_references
 from .chat_rows import LearntTokens, check_generation_markers, row_tokens
 from .loop import TrainingJob
 from .settings import FinetuneSettings
@@ -65,14 +66,19 @@ def training_job(
         ids, mask = row_tokens(instance, conventions, render, s.apply_chat_template, learnt)
         return answer_row(ids, mask, max_length, keep_start=True, instance=instance, task=task)
 
-    def examples(split: Optional[str], per_task: Optional[List[List[Any]]]) -> Optional[List[Any]]:
+    # DPO's reference log-probabilities, measured by a step of their own (precompute_ref_log_probs)
+    measured = s.precompute_ref_log_probs if isinstance(s.precompute_ref_log_probs, dict) else {}
+
+    def examples(split: Optional[str], per_task: Optional[List[List[Any]]],
+                 references: Optional[List[List[float]]]) -> Optional[List[Any]]:
         if per_task is None:
             return None
-        return training.examples(conventions, per_task, max_length, f"Tokenizing {split}", chat_example)
+        rows = training.examples(conventions, per_task, max_length, f"Tokenizing {split}", chat_example)
+        return rows if references is None else with_measured_references(rows, references, split)
 
     if training.generates(s.val_metric) and validation_instances:  # the generations' budget, checked before training
         generation_requests(conventions, [i for part in validation_instances for i in part], max_length)
-    train = examples(s.train_split, train_instances)
+    train = examples(s.train_split, train_instances, measured.get("train"))
     if s.packing:
         if conventions.encoder_decoder:
             raise ConfigurationError("packing: an encoder-decoder reads each row's prompt apart; train it unpacked")
@@ -85,7 +91,7 @@ def training_job(
     return TrainingJob(
         spec=spec,
         train=train,
-        validation=examples(s.validation_split, validation_instances),
+        validation=examples(s.validation_split, validation_instances, measured.get("validation")),
         plan=plan,
         train_steps=train_steps,
         validate_every=s.validate_every or plan.steps_per_epoch,

@@ -201,6 +201,11 @@ class FinetuneSettings:
     or a list of them, summed under ``loss_weights``."""
     loss_weights: Optional[List[float]]
     """Preference tasks: one weight per ``loss_type`` of a list (TRL's; by default 1 each)."""
+    precompute_ref_log_probs: Union[bool, Dict[str, Any]]
+    """Preference tasks: ``true`` measures the reference's log-probabilities of every pair once,
+    in a cached step of their own (``catwalk::reference_log_probs``, whose key holds neither
+    ``beta``, ``loss_type`` nor the optimizer: a sweep over them measures once), where by default
+    each run's workers measure them before the first step. The step passes its result here."""
     label_smoothing: float
     """Preference tasks: TRL's ``label_smoothing``, the probability that a preference is flipped,
     read by the ``robust`` loss (in [0, 0.5)) and as ``exo_pair``'s ε (above 0); refused with a

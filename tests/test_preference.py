@@ -188,3 +188,19 @@ def test_precomputed_reference_log_probs_are_one_cached_step_and_train_the_same_
     assert max((precomputed.state_dict[k] - measured.state_dict[k]).abs().max().item() for k in measured.state_dict) < 1e-5
     (a,), (b,) = (m.training_metrics["history"]["validations"] for m in (precomputed, measured))
     assert all(a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6) for k in a)
+
+
+@pytest.mark.full
+def test_the_dpo_demo_runs_as_the_docs_show(tmp_path):
+    """The preference demo: DPO on the tools' pairs, the held-out pairs scored before and after,
+    the implicit rewards measured against the starting model (zero for the starting model itself)."""
+    from .tango_runs import documented_run
+
+    workspace = tmp_path / "workspace"
+    documented_run("tango run configs/dpo_tiny.jsonnet -w workspace", workspace, "dpo")
+    found = LocalWorkspace(workspace)
+    zero, tuned = (found.step_result_for_run("dpo", f"metrics_{run}") for run in ("zero_shot", "dpo"))
+    assert zero["reward_margin"] == 0 and zero["count"] == tuned["count"] == 64
+    model = found.step_result_for_run("dpo", "finetune")
+    best = max(v["val_rewards/accuracies"] for v in model.training_metrics["history"]["validations"])
+    assert tuned["reward_acc"] == pytest.approx(best)

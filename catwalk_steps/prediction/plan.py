@@ -47,6 +47,7 @@ class PredictionPlan:
     max_batch_size: int
     max_batch_tokens: Union[int, str]  # or "auto"
     journals: Optional[Path]
+    log_requests: bool = False
 
 
 def work_of(requests: Any, finetuned: Optional[FinetunedModel]) -> str:
@@ -57,10 +58,13 @@ def work_of(requests: Any, finetuned: Optional[FinetunedModel]) -> str:
 
 def predictions(plan: PredictionPlan) -> Records:
     """One JSON-safe record per instance of the plan's split (see ``catwalk::predict``), each
-    with its request kind (``kind``) and the shots its prompt holds (``num_shots``)."""
+    with its request kind (``kind``), the shots its prompt holds (``num_shots``) and, for a task
+    that names one (OLMES's), its ``primary_metric``."""
     kind = kind_of_task(plan.task)
-    shots = getattr(plan.task, "num_shots", 0)
-    return [{**record, "kind": kind.name, "num_shots": shots} for record in _records(plan, kind)]
+    said = {"kind": kind.name, "num_shots": getattr(plan.task, "num_shots", 0)}
+    if getattr(plan.task, "primary_metric", None) is not None:
+        said["primary_metric"] = plan.task.primary_metric
+    return [{**record, **said} for record in _records(plan, kind)]
 
 
 def _records(plan: PredictionPlan, kind: RequestKind) -> Records:
@@ -81,7 +85,11 @@ def _records(plan: PredictionPlan, kind: RequestKind) -> Records:
     with nullcontext(plan.journals) if plan.journals else TemporaryDirectory(prefix="catwalk-predict-") as journals:
         results = _computed(plan, Path(journals), setting.conventions.pad_token_id, len(instances), kind, requests,
                             instance_of)
-    return kind.records(instances, requests, instance_of, results, setting)
+    records = kind.records(instances, requests, instance_of, results, setting)
+    if plan.log_requests:
+        records = [{**record, **kind.logged_requests(instance, setting)}
+                   for record, instance in zip(records, instances)]
+    return records
 
 
 def _computed(

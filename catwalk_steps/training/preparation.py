@@ -20,7 +20,7 @@ from .batches import BatchPlan, micro_batch_size_for
 from ..models.answer_rows import AnswerRow, answer_row
 from ..models.packing import packed
 from ..models.preference_rows import with_measured_references
-from .chat_rows import LearntTokens, check_generation_markers, row_tokens
+from .chat_rows import LearntTokens, check_generation_markers, check_learnt_tokens_apply, row_tokens
 from .loop import TrainingJob
 from .settings import FinetuneSettings
 from .trained_kind import objective, trained_kind
@@ -60,6 +60,9 @@ def training_job(
     objective_settings = {name: getattr(s, name) for name in objective(kind).settings}
     training = objective(kind).configured(**objective_settings)
     learnt = LearntTokens(s.completion_only_loss, s.assistant_only_loss)
+    if training.learns_sequences:
+        rows = [row for split in (train_instances or [], validation_instances or []) for part in split for row in part]
+        check_learnt_tokens_apply(learnt, rows, conventions.encoder_decoder)
 
     def chat_example(instance: Any, task: int) -> Optional[AnswerRow]:
         """A chat row, cut to the window keeping its start (TRL's ``truncation_mode="keep_start"``)."""

@@ -18,7 +18,7 @@ from ..models.chat_templates import check_model_template
 from ..models.loading import ModelSpec
 from ..tasks import Task
 from ..tasks.chat import check_chat_settings
-from ..tasks.base import check_limit, check_prompts, check_split
+from ..tasks.base import check_limit, check_prompts, check_split, holds_conversations
 from ..tracking.settings import check_tracking
 from .batches import micro_batch_size_for
 from .callbacks import check_callbacks
@@ -281,6 +281,9 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
     check_tracking(kwargs)
     check_val_metric(kwargs)  # and that the tasks are all of one kind
     check_objective_settings(kwargs, defaults)
+    conversations = any(holds_conversations(task, kwargs.get(name, defaults.get(name)))
+                        for task in kwargs.get("tasks") or [] for name in ("train_split", "validation_split"))
+    check_model_template(kwargs, conversations)  # a tokenizer without a template named before the data asks for one
     for task in kwargs.get("tasks") or []:
         for name in ("train_split", "validation_split"):
             check_split(name, task, kwargs.get(name, defaults.get(name)))
@@ -300,7 +303,6 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
     check_chat_settings({"apply_chat_template": kwargs.get("apply_chat_template", False)}, kwargs.get("tasks") or [],
                         conversational_kinds())
     check_learnt_tokens(kwargs)
-    check_model_template(kwargs)
     return kwargs
 
 

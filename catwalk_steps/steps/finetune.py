@@ -85,7 +85,7 @@ class FinetuneStep(Step):
         kwargs = with_model_names(check_settings(kwargs, _RUN_DEFAULTS))
         if kwargs.get("precompute_ref_log_probs") is True:  # computed once by a step of its own
             kwargs["precompute_ref_log_probs"] = ReferenceLogProbsStep(
-                settings={name: kwargs[name] for name in REFERENCE_SETTINGS if name in kwargs})
+                settings={name: kwargs[name] for name in REFERENCE_SETTINGS if name in kwargs}, defaults=_RUN_DEFAULTS)
         return kwargs
 
     @property

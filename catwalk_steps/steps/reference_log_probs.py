@@ -33,13 +33,12 @@ class ReferenceLogProbsStep(Step):
 
     VERSION = "1"
     FORMAT = AtomicJsonFormat()
+    SKIP_ID_ARGUMENTS = {"defaults"}
 
-    def run(self, settings: Dict[str, Any]) -> Dict[str, List[List[float]]]:  # type: ignore[override]
-        """``settings``: the fine-tune's :data:`REFERENCE_SETTINGS` (the rest at their defaults;
-        one pair a batch, so that any split makes a batch)."""
-        from .finetune import _RUN_DEFAULTS
-
-        finetune = FinetuneSettings(**{**_RUN_DEFAULTS, **settings, "batch_size": 1})
+    def run(self, settings: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str, List[List[float]]]:  # type: ignore[override]
+        """``settings``: the fine-tune's :data:`REFERENCE_SETTINGS`; ``defaults``: its step's
+        defaults of the others (not in the key; one pair a batch, so that any split makes one)."""
+        finetune = FinetuneSettings(**{**defaults, **settings, "batch_size": 1})
         job = training_job(finetune, work_dir=self.work_dir, workspace=self.workspace, step_id=self.unique_id,
                            step_name=self.name, tracking=None)
         device = worker_devices(finetune.device, 1)[0]

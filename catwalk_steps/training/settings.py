@@ -86,8 +86,8 @@ class FinetuneSettings:
     across rows, the same loss and gradients as the rows unpacked. ``batch_size`` then counts packed
     sequences, as TRL's does. Validation stays unpacked. Causal LMs only."""
     batch_size: int
-    """Instances (preference tasks: pairs) per optimizer step, over all devices and micro-batches. Each epoch trains on
-    ``len(train) // batch_size`` whole batches of a fresh permutation."""
+    """Instances (preference tasks: pairs) per optimizer step, over all devices and micro-batches.
+    Each epoch trains on ``len(train) // batch_size`` whole batches of a fresh permutation."""
     micro_batch_size: Optional[int]
     """Instances per forward pass on one device (default: ``batch_size``). ``batch_size`` must be a
     multiple of ``micro_batch_size * device_count``."""

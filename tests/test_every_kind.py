@@ -1,6 +1,7 @@
 """Every request kind through the steps that judge predictions, on records ``catwalk::predict``
 makes (not built by hand): multiple choice, generation (a native task, and an lm_eval task whose
-scores are named by filter), perplexity documents and LAMBADA-style targets, each through
+scores are named by filter), perplexity documents, LAMBADA-style targets and preference pairs
+(against a reference model), each through
 ``catwalk::compare``, a table with a baseline (Δ and p, with the test each metric gets) and, for
 the per-instance 0/1 metrics, ``catwalk::export_diff``."""
 
@@ -10,9 +11,9 @@ import pytest
 from tango.common.exceptions import ConfigurationError
 
 from catwalk_steps import CalculateMetricsStep, CompareStep, ExportDiffStep, PredictStep, TabulateMetricsStep
-from catwalk_steps.tasks import GenerationTask, LambadaTask, LmEvalTask, PerplexityTask, PiqaTask
+from catwalk_steps.tasks import GenerationTask, LambadaTask, LmEvalTask, PerplexityTask, PiqaTask, PreferenceTask
 
-from .conftest import TINY, TINY_MODEL
+from .conftest import TINY, TINY_MODEL, write_jsonl
 
 SMALL_MODEL = f"rc::{TINY / 'model-small'}"
 PERPLEXITY = TINY / "perplexity"
@@ -31,7 +32,16 @@ def tasks(tmp_path_factory):
         "documents": (PerplexityTask(data_files={"validation": str(PERPLEXITY / "documents.jsonl")}), "validation",
                       "loglik"),
         "targets": (LambadaTask(data_files={"test": str(PERPLEXITY / "lambada_test.jsonl")}), "test", "acc"),
+        "preference": (PreferenceTask(data_files={"validation": str(preference_pairs(tmp_path_factory))}),
+                       "validation", "pair_acc"),
     }
+
+
+def preference_pairs(tmp_path_factory):
+    """Sixteen pairs: a question, a right answer and a wrong one."""
+    rows = [{"prompt": f"Question: what is {n} plus {n}?\nAnswer:", "chosen": f" {2 * n}", "rejected": f" {n + 3}"}
+            for n in range(16)]
+    return write_jsonl(tmp_path_factory.mktemp("preference") / "validation.jsonl", rows)
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +50,15 @@ def predicted(tmp_path_factory):
     pytest.importorskip("lm_eval")
     found = {}
     for kind, (task, split, metric) in tasks(tmp_path_factory).items():
-        runs = [PredictStep(model=m, task=task, split=split, limit=16).run(model=m, task=task, split=split, limit=16)
+        reference = {"reference_model": TINY_MODEL} if kind == "preference" else {}
+        runs = [PredictStep(model=m, task=task, split=split, limit=16, **reference).run(
+                    model=m, task=task, split=split, limit=16, **reference)
                 for m in (TINY_MODEL, SMALL_MODEL)]
         found[kind] = task, split, metric, runs
     return found
 
 
-KINDS = ["multiple choice", "generation", "lm_eval generation", "documents", "targets"]
+KINDS = ["multiple choice", "generation", "lm_eval generation", "documents", "targets", "preference"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -54,7 +66,8 @@ def test_compare_and_a_table_with_a_baseline_take_every_kind(predicted, kind):
     task, split, metric, (baseline, candidate) = predicted[kind]
     compared = CompareStep(baseline=baseline, candidate=candidate).run(baseline=baseline, candidate=candidate)
     assert metric in compared["metrics"]
-    expected_test = "exact McNemar" if metric in ("acc", "exact_match", "exact_match/strict-match") else "paired permutation"
+    expected_test = "exact McNemar" if metric in ("acc", "exact_match", "exact_match/strict-match", "pair_acc") \
+        else "paired permutation"
     assert compared["metrics"][metric]["test"] == expected_test
     metrics = {name: CalculateMetricsStep(predictions=r).run(predictions=r) for name, r in
                (("big", baseline), ("small", candidate))}
@@ -70,8 +83,9 @@ def test_compare_and_a_table_with_a_baseline_take_every_kind(predicted, kind):
 def with_changes(kind: str, metric: str, records):
     """``records`` with the 0/1 ``metric`` of every other instance flipped, so that a diff has
     wins and losses to list: the two tiny models agree on every generation and target. (Multiple
-    choice keeps its own: its correctness is read from the log-likelihoods, which differ.)"""
-    if kind == "multiple choice":
+    choice and preference pairs keep their own: their correctness is read from the log-likelihoods,
+    which differ.)"""
+    if kind in ("multiple choice", "preference"):
         return records
     changed = []
     for n, record in enumerate(records):
@@ -83,7 +97,7 @@ def with_changes(kind: str, metric: str, records):
     return changed
 
 
-@pytest.mark.parametrize("kind", ["multiple choice", "generation", "lm_eval generation", "targets"])
+@pytest.mark.parametrize("kind", ["multiple choice", "generation", "lm_eval generation", "targets", "preference"])
 def test_diffs_list_the_changed_instances_of_every_kind_with_a_0_1_metric(predicted, kind, tmp_path):
     task, split, metric, (baseline, candidate) = predicted[kind]
     candidate = with_changes(kind, metric, candidate)
@@ -133,7 +147,7 @@ def test_seed_replicates_spread_and_compare_every_kind(predicted, kind):
     assert f"seed_sd_of_delta_{metric}" in mean
 
 
-@pytest.mark.parametrize("kind", ["multiple choice", "generation", "lm_eval generation", "targets"])
+@pytest.mark.parametrize("kind", ["multiple choice", "generation", "lm_eval generation", "targets", "preference"])
 def test_a_diff_without_a_metric_takes_the_kinds_own(predicted, kind, tmp_path):
     task, split, metric, (baseline, candidate) = predicted[kind]
     candidate = with_changes(kind, metric, candidate)
@@ -152,7 +166,7 @@ def test_documents_have_nothing_to_diff_and_the_command_line_diffs_every_other_k
         ExportDiffStep(output_dir=str(tmp_path), baseline=baseline, candidate=candidate).run(
             output_dir=str(tmp_path), baseline=baseline, candidate=candidate)
     tasks = {kind: found[0] for kind, found in predicted.items()}
-    assert diffable(tasks) == ["multiple choice", "generation", "lm_eval generation", "targets"]
+    assert diffable(tasks) == ["multiple choice", "generation", "lm_eval generation", "targets", "preference"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -52,6 +52,20 @@ class TrainingObjective:
     #: Whether its examples are token sequences with a learnt mask, so that chat data's
     #: ``completion_only_loss``, ``assistant_only_loss`` and ``packing`` apply.
     learns_sequences: ClassVar[bool] = False
+    #: The ``catwalk::finetune`` settings its loss takes (:meth:`configured`); any other kind's
+    #: are refused for its tasks.
+    settings: ClassVar[Tuple[str, ...]] = ()
+
+    def configured(self, **settings: Any) -> "TrainingObjective":
+        """The objective under the step's values of :attr:`settings`, checked."""
+        return self
+
+    def with_starting_model(self, model: "RankClassificationModel", examples: List[Example], collate: Callable,
+                            batch_size: int, rank: int, world_size: int, device: torch.device) -> List[Example]:
+        """``examples`` with what the loss measures on the model as it starts, before its first
+        step and before a checkpoint is loaded (DPO's reference log-probabilities); as they are
+        for a loss that needs nothing of it."""
+        return examples
 
     def val_metric(self, name: Optional[str]) -> Optional[str]:
         """``name`` under its own name (an alias resolved)."""

@@ -27,6 +27,7 @@ from ..training.eval_tasks import EvalTask
 from ..training.fine_tuning import fine_tune, join_fine_tuning
 from ..training.result import RESULT
 from ..training.settings import FinetuneSettings, check_settings
+from .reference_log_probs import REFERENCE_SETTINGS, ReferenceLogProbsStep
 
 
 @Step.register("catwalk::finetune")
@@ -35,7 +36,8 @@ class FinetuneStep(Step):
     """Fine-tunes a causal LM as a rank classifier on the train splits of one or more tasks.
 
     The loss is the cross-entropy over each instance's choices, scored by summed log-likelihood;
-    on generative tasks, the cross-entropy of the answer tokens (:mod:`catwalk_steps.kinds.generation`).
+    on generative tasks, the cross-entropy of the answer tokens (:mod:`catwalk_steps.kinds.generation`);
+    on preference tasks, DPO as TRL's ``DPOTrainer`` runs it (:mod:`catwalk_steps.kinds.preference`).
     ``batch_size`` is the global batch of every optimizer step; ``micro_batch_size`` (the memory
     knob, per device) cuts it into micro-batches that the ``device_count`` DDP workers share out,
     accumulating gradients. The micro-batches, and the dropout masks of each (seeded from the
@@ -68,8 +70,8 @@ class FinetuneStep(Step):
     SKIP_DEFAULT_ARGUMENTS = {
         "optimizer": None, "lr_scheduler": None, "patience": None, "decay_biases_and_norms": False,
         "val_metric": None, "add_bos_token": None, "apply_chat_template": False, "completion_only_loss": None,
-        "assistant_only_loss": None, "packing": False,
-        "eval_tasks": None,
+        "assistant_only_loss": None, "packing": False, "eval_tasks": None, "beta": 0.1, "loss_type": "sigmoid",
+        "loss_weights": None, "label_smoothing": 0.0, "precompute_ref_log_probs": False,
     }
     METADATA = {"artifact_kind": "model"}
 
@@ -81,7 +83,11 @@ class FinetuneStep(Step):
     @classmethod
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         """Settings are checked when the step graph is built, before any step of a run starts."""
-        return with_model_names(check_settings(kwargs, _RUN_DEFAULTS))
+        kwargs = with_model_names(check_settings(kwargs, _RUN_DEFAULTS))
+        if kwargs.get("precompute_ref_log_probs") is True:  # computed once by a step of its own
+            kwargs["precompute_ref_log_probs"] = ReferenceLogProbsStep(
+                settings={name: kwargs[name] for name in REFERENCE_SETTINGS if name in kwargs}, defaults=_RUN_DEFAULTS)
+        return kwargs
 
     @property
     def resources(self) -> StepResources:
@@ -137,6 +143,11 @@ class FinetuneStep(Step):
         wandb_tags: Optional[List[str]] = None,
         wandb_name: Optional[str] = None,
         tensorboard_dir: Optional[str] = None,
+        beta: float = 0.1,
+        loss_type: Union[str, List[str]] = "sigmoid",
+        loss_weights: Optional[List[float]] = None,
+        label_smoothing: float = 0.0,
+        precompute_ref_log_probs: Union[bool, Dict[str, Any]] = False,
     ) -> FinetunedModel:
         """Fine-tunes with these settings, each documented on
         :class:`catwalk_steps.training.settings.FinetuneSettings`."""

@@ -4,7 +4,7 @@ and hands it to :func:`..prediction.plan.predictions`."""
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 from tango import Step
@@ -13,6 +13,7 @@ from tango.step import StepResources
 
 from ..distributed.devices import check_device_setting, gpu_count, worker_devices
 from ..kinds import conversational_kinds, kind_of_task
+from ..kinds.preference import check_reference_model, with_reference_logps
 from ..models.batch_budget import check_batch_tokens
 from ..models.chat_templates import check_evaluated_template, check_model_template
 from ..models.finetuned import FinetunedModel
@@ -62,7 +63,7 @@ class PredictStep(Step):
     SKIP_ID_ARGUMENTS = {"device", "device_count", "max_batch_size", "max_batch_tokens", "allow_other_template"}
     SKIP_DEFAULT_ARGUMENTS = {
         "add_bos_token": None, "apply_chat_template": False, "system_instruction": None, "fewshot_as_multiturn": None,
-        "log_requests": False,
+        "log_requests": False, "reference_model": None,
     }
 
     @classmethod
@@ -78,6 +79,7 @@ class PredictStep(Step):
             raise ConfigurationError(f"dtype must be one of {', '.join(DTYPES)}, got {kwargs['dtype']!r}")
         if isinstance(kwargs.get("model"), str):
             ModelSpec.parse(kwargs["model"])
+        check_reference_model(kwargs)
         task, split = kwargs.get("task"), kwargs.get("split", "validation")
         kind = getattr(task, "REQUEST_TYPE", None)
         conversations = holds_conversations(task, split)
@@ -118,6 +120,7 @@ class PredictStep(Step):
         log_requests: bool = False,
         max_batch_size: int = 32,
         max_batch_tokens: Union[int, str] = 16384,
+        reference_model: Union[str, FinetunedModel, None] = None,
     ) -> List[Dict[str, Any]]:
         """
         :param split: the split of ``task`` to score.
@@ -158,21 +161,36 @@ class PredictStep(Step):
             a generated row counts its prompt and budget), or ``"auto"``: as many as the memory
             left on each worker's device once the model is loaded holds, less a margin
             (:mod:`..models.batch_budget`).
+        :param reference_model: preference tasks: a model spec or fine-tuned model whose
+            log-probabilities of each pair's answers each record holds too (``reference_logps``),
+            for DPO's implicit-reward metrics against it (:mod:`..kinds.preference`), e.g. the model
+            DPO started from; scored with the same tokens and settings.
         """
-        finetuned = model if isinstance(model, FinetunedModel) else None
-        spec = finetuned.spec if finetuned else ModelSpec.parse(model, tokenizer=tokenizer)
+        def spec_of(model: Union[str, FinetunedModel]) -> Tuple[ModelSpec, Optional[FinetunedModel]]:
+            finetuned = model if isinstance(model, FinetunedModel) else None
+            spec = finetuned.spec if finetuned else ModelSpec.parse(model, tokenizer=tokenizer)
+            return (spec if add_bos_token is None else replace(spec, add_bos_token=add_bos_token)), finetuned
+
+        spec, finetuned = spec_of(model)
         if apply_chat_template is None:
             apply_chat_template = spec.chat_template or False
-        if add_bos_token is not None:
-            spec = replace(spec, add_bos_token=add_bos_token)
-        return predictions(PredictionPlan(
+        plan = PredictionPlan(
             spec=spec, finetuned=finetuned,
             task=task, split=split, limit=limit, devices=worker_devices(device, device_count), dtype=DTYPES[dtype],
             unconditioned=unconditioned, chat=ChatSettings.of(apply_chat_template, system_instruction, fewshot_as_multiturn),
             max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
             journals=self.work_dir_for_run,  # None when run() is called directly
             log_requests=log_requests,
-        ))
+        )
+        records = predictions(plan)
+        if reference_model is None:
+            return records
+        reference_spec, reference_finetuned = spec_of(reference_model)
+        journals = plan.journals and plan.journals / "reference"
+        if journals:
+            journals.mkdir(exist_ok=True)
+        reference = predictions(replace(plan, spec=reference_spec, finetuned=reference_finetuned, journals=journals))
+        return with_reference_logps(records, reference)
 
 
 def check_logged_requests(kwargs: Dict[str, Any]) -> None:

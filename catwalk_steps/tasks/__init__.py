@@ -9,6 +9,7 @@ from .mmlu import MmluTask
 from .olmes import OlmesTask
 from .perplexity import DocumentTask, PerplexityTask, WikiTextTask
 from .piqa import PiqaTask
+from .preference import PreferenceInstance, PreferenceTask
 from .qa import SquadTask, TriviaQATask
 from .sciq import SciQTask
 from .siqa import SocialIQaTask
@@ -41,6 +42,8 @@ __all__ = [
     "OpenBookQATask",
     "PerplexityTask",
     "PiqaTask",
+    "PreferenceInstance",
+    "PreferenceTask",
     "Row",
     "SciQTask",
     "SocialIQaTask",

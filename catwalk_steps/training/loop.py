@@ -18,7 +18,7 @@ What makes its result independent of how it was computed:
 """
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -100,11 +100,13 @@ class TrainingJob:
     task_metrics: Optional[List[str]] = None
     #: ``eval_tasks``' requests, scored at every validation (:mod:`.downstream`).
     eval_tasks: Optional[List[DownstreamTask]] = None
+    #: The step's settings that the objective's loss takes (:attr:`.TrainingObjective.settings`: DPO's ``beta``, ...).
+    objective_settings: Dict[str, Any] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def objective(self) -> TrainingObjective:
         """What training on :attr:`kind` is: its model, collator, loss divisor and validation."""
-        return objective(kind_named(self.kind))
+        return objective(kind_named(self.kind)).configured(**self.objective_settings)
 
     def build_model(self, lm=None) -> RankClassificationModel:
         """The model to train (``lm``: one whose weights are still on the meta device)."""
@@ -200,6 +202,11 @@ def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, t
     optimizer = build_optimizer(model, job.optimizer, job.learning_rate, job.weight_decay, job.decay_biases_and_norms)
     schedule = build_schedule(job.lr_scheduler, optimizer, job.train_steps, job.warmup_steps)
     release_freed_heap_while_training(trained, optimizer)  # a lower peak per worker, the same numbers
+    collate = job.collator(model)
+    for split in ("train", "validation"):  # what the loss measures on the starting model, before a checkpoint loads
+        if getattr(job, split) is not None:
+            setattr(job, split, job.objective.with_starting_model(model, getattr(job, split), collate,
+                                                                  job.plan.micro_batch_size, rank, world_size, device))
     latest = job.checkpoints.latest()
     if latest is None:
         progress, training_state = Progress(selected=job.selected), {"callbacks": [], "losses": []}
@@ -209,7 +216,6 @@ def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, t
         schedule.load_state_dict(training_state["schedule"])
         if rank == 0:
             logger.info("Resuming from the checkpoint of step %d (%s)", progress.step, latest)
-    collate = job.collator(model)
     callbacks = build_callbacks(job, rank, world_size, device, EngineView(trained, optimizer, schedule))
     callbacks.load_state_dicts(training_state["callbacks"])
     losses = training_state.get("losses", [])  # [step, loss] every log_every steps, for the curves

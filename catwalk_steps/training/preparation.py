@@ -15,6 +15,7 @@ from ..models.answer_rows import AnswerRow, answer_row
 from ..models.chat_templates import template_renderer
 from ..models.loading import context_window
 from ..models.packing import packed
+from ..models.preference_rows import with_measured_references
 from ..models.prompt_room import generation_requests
 from ..tasks.chat import ChatFormat
 from ..tracking.settings import Tracking
@@ -58,7 +59,8 @@ def training_job(
     conventions, config = conventions or spec.conventions(), spec.load_config()
     max_length = context_window(config)
     kind = trained_kind(tasks)
-    training = objective(kind)
+    objective_settings = {name: getattr(s, name) for name in objective(kind).settings}
+    training = objective(kind).configured(**objective_settings)
     # The validation split's number that chooses, if it is not an eval task's (:mod:`.eval_tasks`).
     own_metric = None if is_eval_metric(s.val_metric) else s.val_metric
     learnt = LearntTokens(s.completion_only_loss, s.assistant_only_loss)
@@ -71,15 +73,20 @@ def training_job(
         ids, mask = row_tokens(instance, conventions, render, s.apply_chat_template, learnt)
         return answer_row(ids, mask, max_length, keep_start=True, instance=instance, task=task)
 
-    def examples(split: Optional[str], per_task: Optional[List[List[Any]]]) -> Optional[List[Any]]:
+    # DPO's reference log-probabilities, measured by a step of their own (precompute_ref_log_probs)
+    measured = s.precompute_ref_log_probs if isinstance(s.precompute_ref_log_probs, dict) else {}
+
+    def examples(split: Optional[str], per_task: Optional[List[List[Any]]],
+                 references: Optional[List[List[float]]]) -> Optional[List[Any]]:
         if per_task is None:
             return None
-        return training.examples(conventions, per_task, max_length, f"Tokenizing {split}", chat_example)
+        rows = training.examples(conventions, per_task, max_length, f"Tokenizing {split}", chat_example)
+        return rows if references is None else with_measured_references(rows, references, split)
 
     eval_tasks = downstream_tasks(eval_entries(s.eval_tasks), spec, config) if s.eval_tasks else None
     if training.generates(own_metric) and validation_instances:  # the generations' budget, checked before training
         generation_requests(conventions, [i for part in validation_instances for i in part], max_length)
-    train = examples(s.train_split, train_instances)
+    train = examples(s.train_split, train_instances, measured.get("train"))
     if s.packing:
         if conventions.encoder_decoder:
             raise ConfigurationError("packing: an encoder-decoder reads each row's prompt apart; train it unpacked")
@@ -92,7 +99,7 @@ def training_job(
     return TrainingJob(
         spec=spec,
         train=train,
-        validation=examples(s.validation_split, validation_instances),
+        validation=examples(s.validation_split, validation_instances, measured.get("validation")),
         plan=plan,
         train_steps=train_steps,
         validate_every=s.validate_every or plan.steps_per_epoch,
@@ -119,6 +126,7 @@ def training_job(
         tasks=tasks if training.generates(own_metric) else None,
         task_metrics=training.task_metrics(own_metric, tasks),
         eval_tasks=eval_tasks,
+        objective_settings=objective_settings,
         workspace=workspace,
         step_id=step_id,
         step_name=step_name,

@@ -12,7 +12,7 @@ from tango.common.lazy import Lazy
 from tango.integrations.torch import LRScheduler, Optimizer, TrainCallback
 
 from ..distributed.devices import check_device_setting
-from ..kinds import conversational_kinds
+from ..kinds import KINDS, conversational_kinds
 from ..models.adapters import Adapter, peft_config
 from ..models.chat_templates import check_model_template
 from ..models.loading import ModelSpec
@@ -87,8 +87,8 @@ class FinetuneSettings:
     across rows, the same loss and gradients as the rows unpacked. ``batch_size`` then counts packed
     sequences, as TRL's does. Validation stays unpacked. Causal LMs only."""
     batch_size: int
-    """Instances per optimizer step, over all devices and micro-batches. Each epoch trains on
-    ``len(train) // batch_size`` whole batches of a fresh permutation."""
+    """Instances (preference tasks: pairs) per optimizer step, over all devices and micro-batches.
+    Each epoch trains on ``len(train) // batch_size`` whole batches of a fresh permutation."""
     micro_batch_size: Optional[int]
     """Instances per forward pass on one device (default: ``batch_size``). ``batch_size`` must be a
     multiple of ``micro_batch_size * device_count``."""
@@ -205,6 +205,25 @@ class FinetuneSettings:
     tensorboard_dir: Optional[str]
     """Also write the same numbers as TensorBoard event files into ``<tensorboard_dir>/<step name>-<id>``.
     Not in the cache key."""
+    beta: float
+    """Preference tasks (DPO, :mod:`catwalk_steps.kinds.preference`): TRL's ``beta``, how far the
+    model may move from the reference (the starting model): larger, less. For ``ipo``, its τ."""
+    loss_type: Union[str, List[str]]
+    """Preference tasks: TRL's DPO loss, ``"sigmoid"`` (DPO's own), ``"hinge"``, ``"ipo"``,
+    ``"sigmoid_norm"``, ``"robust"``, ``"exo_pair"``, ``"nca_pair"``, ``"bco_pair"``, ``"sppo_hard"``,
+    ``"apo_zero"`` or ``"apo_down"``, each TRL 1.16's formula (:mod:`catwalk_steps.models.preference_loss`),
+    or a list of them, summed under ``loss_weights``."""
+    loss_weights: Optional[List[float]]
+    """Preference tasks: one weight per ``loss_type`` of a list (TRL's; by default 1 each)."""
+    precompute_ref_log_probs: Union[bool, Dict[str, Any]]
+    """Preference tasks: ``true`` measures the reference's log-probabilities of every pair once,
+    in a cached step of their own (``catwalk::reference_log_probs``, whose key holds neither
+    ``beta``, ``loss_type`` nor the optimizer: a sweep over them measures once), where by default
+    each run's workers measure them before the first step. The step passes its result here."""
+    label_smoothing: float
+    """Preference tasks: TRL's ``label_smoothing``, the probability that a preference is flipped,
+    read by the ``robust`` loss (in [0, 0.5)) and as ``exo_pair``'s ε (above 0); refused with a
+    loss that does not read it."""
 
 
     @property
@@ -276,6 +295,7 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
     check_tracking(kwargs)
     check_eval_tasks(kwargs)
     check_val_metric(kwargs)  # and that the tasks are all of one kind
+    check_objective_settings(kwargs, defaults)
     conversations = any(holds_conversations(task, kwargs.get(name, defaults.get(name)))
                         for task in kwargs.get("tasks") or [] for name in ("train_split", "validation_split"))
     check_model_template(kwargs, conversations)  # a tokenizer without a template named before the data asks for one
@@ -299,6 +319,22 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
                         conversational_kinds())
     check_learnt_tokens(kwargs)
     return kwargs
+
+
+def check_objective_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> None:
+    """A setting of a kind's loss (:attr:`~catwalk_steps.kinds.TrainingObjective.settings`, DPO's
+    ``beta``, ...) is checked by that objective, and refused, changed from its default, for the
+    tasks of another kind."""
+    tasks = [task for task in kwargs.get("tasks") or [] if not isinstance(task, Step)]
+    if not tasks:  # (tasks other steps make: checked when run)
+        return
+    training = objective(trained_kind(tasks))
+    for kind in KINDS.values():
+        for name in (kind.training.settings if kind.training and kind.training is not training else ()):
+            if name in kwargs and kwargs[name] != defaults[name]:
+                raise ConfigurationError(f"{name} is a setting of fine-tuning on {kind.training.tasks_called} tasks, "
+                                         f"not on {training.tasks_called} ones")
+    training.configured(**{name: kwargs.get(name, defaults[name]) for name in training.settings})
 
 
 def check_learnt_tokens(kwargs: Dict[str, Any]) -> None:

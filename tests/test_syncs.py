@@ -22,7 +22,7 @@ from benchmarks.syncs import count_syncs
 from catwalk_steps.models.generation import GenerationRequest, _causal_batch, _seq2seq_batch, _Sequences
 from catwalk_steps.models.loading import ModelSpec
 from catwalk_steps.models.output_layer import output_layer
-from catwalk_steps.models.rank_classification import RankClassificationCollator, RankClassificationModel
+from catwalk_steps.models.rank_classification import ChoiceRow, RankClassificationCollator, RankClassificationModel
 from catwalk_steps.models.rolling import rolling_windows
 from catwalk_steps.models import scoring
 from catwalk_steps.models.scoring import Query, score_queries
@@ -118,8 +118,8 @@ def test_a_training_pass_of_ours_waits_on_nothing(shared_context):
     model = RankClassificationModel(ModelSpec(str(TINY / "model")), shared_context=shared_context).train()
     collate = RankClassificationCollator(pad_token_id=0, max_length=64, shared_context=shared_context)
     rng = random.Random(0)
-    items = [{"queries": [(query.context, query.continuation) for query in choice_queries(1, choices, seed)],
-              "label": rng.randrange(choices)} for seed, choices in enumerate([2, 4, 3, 2, 4])]
+    items = [ChoiceRow(tuple(choice_queries(1, choices, seed)), rng.randrange(choices))
+             for seed, choices in enumerate([2, 4, 3, 2, 4])]
     batch = on_device(collate(items), torch.device("cpu"))
     with count_syncs() as syncs:
         model(**batch)["loss"].backward()

@@ -10,7 +10,7 @@ import torch
 
 from catwalk_steps.models.generation import GenerationRequest, generate_greedy
 from catwalk_steps.models.loading import ModelSpec
-from catwalk_steps.models.rank_classification import RankClassificationCollator, RankClassificationModel
+from catwalk_steps.models.rank_classification import ChoiceRow, RankClassificationCollator, RankClassificationModel
 from catwalk_steps.models.scoring import Query, score_queries
 from catwalk_steps.models.shared_context import can_share_contexts
 from catwalk_steps.models.weights import load_pretrained
@@ -64,8 +64,7 @@ def test_training(model):
     spec = ModelSpec.parse(model, config_overrides=NO_DROPOUT if "neo" not in model else NO_DROPOUT_NEO)
     torch.manual_seed(0)
     rank = RankClassificationModel(spec, shared_context=True).eval()
-    rows = [{"queries": [(list(q.context), list(q.continuation)) for q in LONG_CONTEXT], "label": 0},
-            {"queries": [(list(q.context), list(q.continuation)) for q in LONG_CHOICES], "label": 1}]
+    rows = [ChoiceRow(tuple(LONG_CONTEXT), 0), ChoiceRow(tuple(LONG_CHOICES), 1)]
     collate = RankClassificationCollator(0, WINDOW, shared_context=True)
     assert "context_ids" not in collate(rows)  # padded together they would not fit: plain
     assert all("context_ids" in collate([row]) for row in rows)  # each alone is shared

@@ -18,6 +18,7 @@ from ..models.chat_templates import check_evaluated_template, check_model_templa
 from ..models.finetuned import FinetunedModel
 from ..models.loading import ModelSpec, with_model_names
 from ..prediction.plan import PredictionPlan, predictions
+from ..prediction.vllm_engine import check_backend
 from ..storage.atomic import AtomicJsonFormat
 from ..tango_fixes.class_paths import keep_class_path
 from ..tasks import Task
@@ -62,6 +63,7 @@ class PredictStep(Step):
     SKIP_ID_ARGUMENTS = {"device", "device_count", "max_batch_size", "max_batch_tokens", "allow_other_template"}
     SKIP_DEFAULT_ARGUMENTS = {
         "add_bos_token": None, "apply_chat_template": False, "system_instruction": None, "fewshot_as_multiturn": None,
+        "backend": "hf", "vllm_args": None,
     }
 
     @classmethod
@@ -81,6 +83,7 @@ class PredictStep(Step):
         check_prompts(kwargs.get("task"), kwargs.get("split", "validation"), kwargs["apply_chat_template"] is not False)
         check_chat_settings(kwargs, [kwargs.get("task")], conversational_kinds())
         check_model_template(kwargs)
+        check_backend(kwargs.get("backend", "hf"), kwargs.get("task"), kwargs.get("vllm_args"))
         return with_model_names(kwargs)
 
     @property
@@ -111,6 +114,8 @@ class PredictStep(Step):
         unconditioned: bool = False,
         max_batch_size: int = 32,
         max_batch_tokens: Union[int, str] = 16384,
+        backend: str = "hf",
+        vllm_args: Optional[Dict[str, Any]] = None,
     ) -> List[Dict[str, Any]]:
         """
         :param limit: score only the first ``limit`` instances.
@@ -145,6 +150,14 @@ class PredictStep(Step):
             a generated row counts its prompt and budget), or ``"auto"``: as many as the memory
             left on each worker's device once the model is loaded holds, less a margin
             (:mod:`..models.batch_budget`).
+        :param backend: what generates a generative task's answers: ``"hf"``, transformers, or
+            ``"vllm"``, vLLM's engine, as lm-evaluation-harness's ``--model vllm`` runs it
+            (:mod:`..prediction.vllm_engine`; generation only, vLLM installed apart:
+            docs/install.md). Part of the cache key: two engines may break a near-tie differently.
+        :param vllm_args: with ``backend: "vllm"``, settings for vLLM's engine (``vllm.LLM``'s
+            arguments: ``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_num_seqs``, ...);
+            on CPU its KV cache is 1 GiB unless ``VLLM_CPU_KVCACHE_SPACE`` says otherwise. Part of
+            the cache key.
         """
         finetuned = model if isinstance(model, FinetunedModel) else None
         spec = finetuned.spec if finetuned else ModelSpec.parse(model, tokenizer=tokenizer)
@@ -158,4 +171,5 @@ class PredictStep(Step):
             unconditioned=unconditioned, chat=ChatSettings.of(apply_chat_template, system_instruction, fewshot_as_multiturn),
             max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
             journals=self.work_dir_for_run,  # None when run() is called directly
+            backend=backend, vllm_args=vllm_args,
         ))

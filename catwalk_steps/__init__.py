@@ -6,7 +6,7 @@ layer import nothing of each other (``tests/test_layers.py`` checks both, and th
 import each other in a circle; see docs/architecture.md)::
 
     train, evaluate, run, join, list_steps  the commands
-    command_line                            the commands' flags, tasks and step graphs
+    command_line, step_flags                the commands' flags (the steps' settings), tasks and step graphs
     steps                                   the registered Tango steps (thin)
     training, prediction                    what the workers run
     kinds                                   request kinds: requests, computation, records, metrics, training

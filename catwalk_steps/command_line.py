@@ -1,5 +1,5 @@
 """What ``python -m catwalk_steps.train`` and ``python -m catwalk_steps.evaluate`` share: the
-flags, the tasks and suites they name, and the step graph, built by the same Jsonnet helpers
+flags of their own (the steps' settings are flags of :mod:`.step_flags`), the tasks and suites they name, and the step graph, built by the same Jsonnet helpers
 (``catwalk_steps/configs/lib.libsonnet``, shipped in the package) a config calls, so the steps,
 and their cache keys, are the config's: a config run after the command finds everything in the
 workspace.
@@ -12,7 +12,6 @@ import argparse
 import copy
 import inspect
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -25,19 +24,8 @@ from tango.step_graph import StepGraph
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
 
-def step_defaults(run: Callable) -> Dict[str, Any]:
-    """The defaults of a step's ``run`` parameters: what a flag left out means."""
-    return {name: p.default for name, p in inspect.signature(run).parameters.items() if p.default is not p.empty}
-
-
-def add_step_flag(
-    parser: argparse.ArgumentParser, flag: str, defaults: Dict[str, Any], help: str, type: Callable = str
-) -> None:
-    """A flag for a step setting: left out, it is left out of the config (the step's default
-    applies and the cache key is the config's), and ``--help`` shows that default."""
-    parser.add_argument(
-        f"--{flag}", type=type, default=argparse.SUPPRESS, help=f"{help} (default: {defaults.get(flag)})"
-    )
+#: The ``catwalk::predict`` setting the commands give each task themselves (``--split``, or a suite's).
+OWN_SETTINGS = ("split",)
 
 
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
@@ -54,32 +42,14 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
         "--split", default=None,
         help="the split to score (default: validation, else test; a suite's own split for each of its tasks)"
     )
-    parser.add_argument("--limit", type=int, default=None, help="score only the first N instances (default: all)")
     parser.add_argument(
         "--max_new_tokens", type=int, default=None,
         help="the generative tasks' token budget per answer (default: each task's own, 256 for generation)",
     )
     parser.add_argument(
-        "--unconditioned", action="store_true", help="also score each choice after the bare answer cue, for acc_uncond"
-    )
-    parser.add_argument(
         "--output_dir", default=None,
         help="also write predictions, the table and, for every task but perplexity's, the instances that changed "
         "against the baseline (diffs/) here (default: none)",
-    )
-    parser.add_argument(
-        "--add_bos_token", choices=["true", "false"], default=None,
-        help="force the tokenizer's special tokens on or off (default: the tokenizer's own, as lm-eval 0.4.13)",
-    )
-    parser.add_argument(
-        "--apply_chat_template", nargs="?", const=True, default=None, metavar="NAME",
-        help="prompts as conversations in the tokenizer's chat template (or the one of its templates so named), "
-        "as lm-eval's --apply_chat_template",
-    )
-    parser.add_argument("--system_instruction", default=None, help="with a chat template, the system turn")
-    parser.add_argument(
-        "--fewshot_as_multiturn", choices=["true", "false"], default=None,
-        help="with a chat template, demonstrations as turns of their own (default: true)",
     )
     parser.add_argument("-w", "--workspace", default="workspace", help="the Tango workspace (default: workspace)")
 
@@ -181,31 +151,6 @@ def diffable(tasks: Dict[str, Any]) -> List[str]:
     return [name for name, task in tasks.items() if kind_of_task(task).diffable]
 
 
-def predict_settings(args: argparse.Namespace) -> Dict[str, Any]:
-    """``catwalk::predict``'s settings the flags set (only those given: the rest keep the step's
-    defaults, and the cache key the config's)."""
-    settings: Dict[str, Any] = model_settings(args)
-    if args.limit is not None:
-        settings["limit"] = args.limit
-    if args.unconditioned:
-        settings["unconditioned"] = True
-    for flag in ("system_instruction", "fewshot_as_multiturn"):
-        if getattr(args, flag) is not None:
-            settings[flag] = {"true": True, "false": False}.get(getattr(args, flag), getattr(args, flag))
-    return settings
-
-
-def model_settings(args: argparse.Namespace) -> Dict[str, Any]:
-    """The flags that say how a model encodes its text, which fine-tuning and prediction share
-    (only those given)."""
-    settings: Dict[str, Any] = {}
-    if args.add_bos_token is not None:
-        settings["add_bos_token"] = args.add_bos_token == "true"
-    if args.apply_chat_template is not None:
-        settings["apply_chat_template"] = args.apply_chat_template
-    return settings
-
-
 def evaluate_jsonnet(snippet: str) -> str:
     """Evaluates Jsonnet with the package's helpers (:data:`CONFIGS`) on the import path."""
     import rjsonnet
@@ -217,11 +162,6 @@ def lib_call(function: str, *arguments: Any, **named: Any) -> str:
     """A Jsonnet config whose steps are ``lib.<function>(...)`` of these (JSON) values."""
     values = [json.dumps(a) for a in arguments] + [f"{k}={json.dumps(v)}" for k, v in named.items()]
     return f'local lib = import "lib.libsonnet";\n{{ steps: lib.{function}({", ".join(values)}) }}\n'
-
-
-def model_name(spec: str) -> str:
-    """A model spec (``rc::data/tiny/model``) as a table row part (no ``/``)."""
-    return re.sub(r"[^A-Za-z0-9:._-]+", "_", spec)
 
 
 def run_config(config: str, workspace: str) -> int:

@@ -15,9 +15,9 @@ from typing import List, Optional
 from tango.common.exceptions import ConfigurationError
 
 from .command_line import (
-    add_common_flags, add_step_flag, built_tasks, diffable, lib_call, main_with, model_name, parse_data_files,
-    predict_settings, resolve_tasks, step_defaults,
+    OWN_SETTINGS, add_common_flags, built_tasks, diffable, lib_call, main_with, parse_data_files, resolve_tasks,
 )
+from .step_flags import add_step_flags, given_settings, setting_docs
 
 
 def parser() -> argparse.ArgumentParser:
@@ -29,25 +29,24 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model", action="append", required=True, help="a model spec (rc::gpt2, rc::/path); repeat for several")
     add_common_flags(p)
-    add_step_flag(p, "device_count", step_defaults(PredictStep.run), "workers scoring the split", int)
     p.add_argument("--baseline", default=None, help="compare every other --model with this one (default: none)")
+    add_step_flags(p.add_argument_group("catwalk::predict's settings"), PredictStep.run, setting_docs(PredictStep.run),
+                   taken=OWN_SETTINGS)
     return p
 
 
 def build(args: argparse.Namespace) -> str:
+    from .steps.predict import PredictStep
+
     tasks, splits = resolve_tasks(args.task, parse_data_files(args.data_files), args.max_new_tokens)
     built = built_tasks(tasks)
     if args.split is not None:
         splits = {task: args.split for task in tasks}
-    models = {model_name(spec): spec for spec in args.model}
     if args.baseline is not None and args.baseline not in args.model:
         raise ConfigurationError(f"--baseline {args.baseline!r} is not one of the --model values: {', '.join(args.model)}")
-    predict = predict_settings(args)
-    if hasattr(args, "device_count"):
-        predict["device_count"] = args.device_count
     return lib_call(
-        "evaluate_tasks", models, tasks, predict=predict, splits=splits, output_dir=args.output_dir,
-        baseline=model_name(args.baseline) if args.baseline else None, diffs=diffable(built),
+        "evaluate_tasks", list(dict.fromkeys(args.model)), tasks, predict=given_settings(args, PredictStep.run, OWN_SETTINGS), splits=splits,
+        output_dir=args.output_dir, baseline=args.baseline, diffs=diffable(built),
     )
 
 

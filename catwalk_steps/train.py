@@ -17,23 +17,15 @@ from typing import List, Optional
 from tango.common.exceptions import ConfigurationError
 
 from .command_line import (
-    add_common_flags, add_step_flag, built_tasks, diffable, lib_call, main_with, model_settings,
-    parse_data_files, predict_settings, resolve_tasks, step_defaults,
+    OWN_SETTINGS, add_common_flags, built_tasks, diffable, lib_call, main_with, parse_data_files, resolve_tasks,
 )
-
-FINETUNE_FLAGS = {
-    "batch_size": (int, "examples per optimizer step, over all devices"),
-    "micro_batch_size": (int, "examples per forward pass on one device (the memory knob)"),
-    "train_epochs": (int, "epochs over the training split"),
-    "learning_rate": (float, "AdamW's learning rate"),
-    "device_count": (int, "devices (CUDA devices, or CPU processes) training data-parallel"),
-    "seed": (int, "the seed of data order, dropout and initialisation"),
-    "train_limit": (int, "train on the first N training instances only"),
-}
+from .step_flags import add_step_flags, given_settings, setting_docs
 
 
 def parser() -> argparse.ArgumentParser:
     from .steps.finetune import FinetuneStep
+    from .steps.predict import PredictStep
+    from .training.settings import FinetuneSettings
 
     p = argparse.ArgumentParser(
         prog="python -m catwalk_steps.train", description=__doc__.split("\n\n")[0],
@@ -41,14 +33,17 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model", required=True, help="the model to fine-tune: rc::gpt2, rc::/path/to/model")
     add_common_flags(p)
-    defaults = step_defaults(FinetuneStep.run)
-    for flag, (kind, text) in FINETUNE_FLAGS.items():
-        add_step_flag(p, flag, defaults, text, kind)
-    p.add_argument("--adapter", choices=["lora"], default=None, help="train a LoRA adapter (default: all weights)")
+    trained = add_step_flags(p.add_argument_group("catwalk::finetune's settings"), FinetuneStep.run,
+                             setting_docs(FinetuneStep.run, FinetuneSettings))
+    add_step_flags(p.add_argument_group("catwalk::predict's settings (those both steps take: both)"), PredictStep.run,
+                   setting_docs(PredictStep.run), taken=[*trained, *OWN_SETTINGS])
     return p
 
 
 def build(args: argparse.Namespace) -> str:
+    from .steps.finetune import FinetuneStep
+    from .steps.predict import PredictStep
+
     tasks, splits = resolve_tasks(args.task, parse_data_files(args.data_files), args.max_new_tokens)
     built = built_tasks(tasks)
     untrainable = [name for name, task in built.items() if "train" not in task.splits]
@@ -59,13 +54,10 @@ def build(args: argparse.Namespace) -> str:
         )
     if args.split is not None:
         splits = {task: args.split for task in tasks}
-    finetune = {flag: getattr(args, flag) for flag in FINETUNE_FLAGS if hasattr(args, flag)}
-    if args.adapter:
-        finetune["adapter"] = {"type": args.adapter}
-    finetune.update(model_settings(args))  # trained as it is scored
     return lib_call(
-        "finetune_and_evaluate_tasks", args.model, tasks, finetune,
-        predict=predict_settings(args), splits=splits, output_dir=args.output_dir, diffs=diffable(built),
+        "finetune_and_evaluate_tasks", args.model, tasks, given_settings(args, FinetuneStep.run),
+        predict=given_settings(args, PredictStep.run, OWN_SETTINGS), splits=splits, output_dir=args.output_dir,
+        diffs=diffable(built),
     )
 
 

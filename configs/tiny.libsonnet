@@ -25,6 +25,16 @@
     piqa: { data_files: $.piqa.data_files },
     mmlu: { data_files: { dev: "data/tiny/core/mmlu_dev.jsonl", test: "data/tiny/core/mmlu_test.jsonl" } },
   },
+  // OLMES's core tasks on the same local files (lib.olmes(..., tasks=tiny.olmes)): a sample of
+  // 8 docs each, drawn as OLMES draws its 1,000.
+  olmes: {
+    [task]: { data_files: { validation: std.format("data/tiny/core/%s_validation.jsonl", [task]) }, limit: 8 }
+    for task in ["arc_challenge", "arc_easy", "boolq", "hellaswag", "openbookqa", "winogrande"]
+  } + {
+    csqa: { data_files: { validation: "data/tiny/core/commonsense_qa_validation.jsonl" }, limit: 8 },
+    socialiqa: { data_files: { validation: "data/tiny/core/social_iqa_validation.jsonl" }, limit: 8 },
+    piqa: { data_files: { validation: $.piqa.data_files.validation }, limit: 8 },
+  },
   // Scoring settings: every choice also scored after "Answer:" alone, for acc_uncond.
   predict: { unconditioned: true },
   finetune: {

@@ -2,8 +2,8 @@
 # Submits a fine-tuning step (catwalk::finetune, `nodes: N`) as one Slurm job of N nodes, one srun
 # task per node (finetune_node.sh): node 0 runs the step with `tango run -s STEP`, every other node
 # joins it with `python -m catwalk_steps.join`. Afterwards the step is in the workspace's cache,
-# and any config that uses it reads it from there. Prints the job's id (slurm_sweep.sh makes the
-# step's evaluations wait for it).
+# and any config that uses it reads it from there. Prints the job's id. The job (its nodes and
+# command) is `python -m catwalk_steps.list_steps CONFIG --plan WORKSPACE --finetuning STEP`'s.
 #   examples/slurm_finetune.sh CONFIG STEP WORKSPACE [SBATCH_OPTION...]
 # Run it from the repository root, in the activated environment (sbatch passes it on), with
 # WORKSPACE on a filesystem every node sees. GPUs per node, partition and time limit through
@@ -15,16 +15,8 @@ set -euo pipefail
 usage="usage: slurm_finetune.sh CONFIG STEP WORKSPACE [SBATCH_OPTION...]"
 config=${1:?$usage} step=${2:?$usage} workspace=${3:?$usage}
 shift 3
-nodes=$(python - "$config" "$step" <<'PY'
-import sys
-from tango.common import Params
-steps = Params.from_file(sys.argv[1]).as_dict(quiet=True)["steps"]
-if sys.argv[2] not in steps or steps[sys.argv[2]].get("type") != "catwalk::finetune":
-    sys.exit(f"{sys.argv[1]} has no catwalk::finetune step {sys.argv[2]!r}")
-print(steps[sys.argv[2]].get("nodes", 1))
-PY
-)
-node_command=$(printf '%q ' srun --ntasks-per-node=1 examples/finetune_node.sh "$config" "$step" "$workspace")
-job=$(sbatch --parsable --job-name="finetune-$step" --nodes="$nodes" --ntasks-per-node=1 "$@" --wrap "$node_command")
+line=$(python -m catwalk_steps.list_steps "$config" --plan "$workspace" --finetuning "$step")
+read -r _ _ nodes _ command <<< "$line"
+job=$(sbatch --parsable --job-name="finetune-$step" --nodes="$nodes" --ntasks-per-node=1 "$@" --wrap "$command")
 echo "Submitted $step on $nodes node(s) (job $job)" >&2
 echo "$job"

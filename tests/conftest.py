@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)  # stable: the others keep their order
     if config.getoption("--full"):
         return
     skip = pytest.mark.skip(reason="a full-matrix test: run with `python -m pytest --full`")
@@ -36,11 +38,47 @@ def pytest_collection_finish(session):
     config = session.config
     if config.option.collectonly or hasattr(config, "workerinput"):
         return
+    from .documented import COMMANDS_RUN, CollectedTest
+
+    COMMANDS_RUN.collected = [
+        CollectedTest(item.nodeid, item.path.stem, item.originalname, tuple(item.fixturenames))
+        for item in session.items if isinstance(item, pytest.Function)
+    ]
+    COMMANDS_RUN.recording = True  # from here on, a documented command a test asks for is one it runs
     if any(item.module.__name__.endswith(".test_install") and item.get_closest_marker("skip") is None
            for item in session.items if getattr(item, "module", None) is not None):
         from .test_install import start_install
 
         start_install(config)
+
+
+def pytest_runtest_logreport(report):
+    from .documented import COMMANDS_RUN
+
+    if report.skipped and isinstance(report.longrepr, tuple):  # (file, line, "Skipped: why")
+        COMMANDS_RUN.skipped[report.nodeid] = report.longrepr[2].removeprefix("Skipped: ")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Which documented commands this session ran, and which it skipped where
+    (tests/test_docs.py's last check)."""
+    from .documented import COMMANDS_RUN
+
+    if COMMANDS_RUN.summary:
+        terminalreporter.section("documented commands")
+        for line in COMMANDS_RUN.summary:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tracebacks_in_the_sessions_folder(tmp_path_factory):
+    """One-line errors write their tracebacks (catwalk_steps/tango_fixes/one_line_errors.py) to
+    the session's folder, in this process and the ``tango run``s it starts, not the temp folder."""
+    from catwalk_steps.tango_fixes.one_line_errors import TRACEBACKS_VARIABLE
+
+    os.environ[TRACEBACKS_VARIABLE] = str(tmp_path_factory.getbasetemp() / "tracebacks.txt")
+    yield
+    del os.environ[TRACEBACKS_VARIABLE]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,11 +1,14 @@
 """What the README and the docs pages show, read from their Markdown, so that a test runs a
 command or a config as it is written there: change one and a test fails until the other follows
-(``tests/test_docs.py`` checks that every command shown is run by a test)."""
+(``tests/test_docs.py`` checks that every command shown is run by a test of the session:
+:data:`COMMANDS_RUN`)."""
 
+import os
 import re
 import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Set, Tuple
 
 from .conftest import REPO
 
@@ -42,10 +45,44 @@ def shell_commands(pages: List[Path] = PAGES) -> Dict[str, Path]:
     return commands
 
 
+@dataclass(frozen=True)
+class CollectedTest:
+    """What tests/documented_coverage.py needs of a collected test: where its function and
+    fixtures are."""
+
+    node_id: str
+    module: str  # the test module's file stem
+    function: str
+    fixtures: Tuple[str, ...]
+
+
+@dataclass
+class CommandsRun:
+    """The shown commands this pytest session's tests ran (through :func:`documented`), by the
+    tests (node ids) that ran them; the session's tests, and those it skipped, with why (all
+    filled in by conftest.py). Only what runs once the tests are collected counts: a command
+    named by a module constant or a parametrisation is not run by being named."""
+
+    recording: bool = False
+    by_command: Dict[str, Set[str]] = field(default_factory=dict)
+    collected: List[CollectedTest] = field(default_factory=list)
+    skipped: Dict[str, str] = field(default_factory=dict)
+    summary: List[str] = field(default_factory=list)  # the check's account, printed at the session's end
+
+    def record(self, command: str) -> None:
+        if self.recording:  # PYTEST_CURRENT_TEST: "<node id> (<phase>)"; unset in a thread between tests
+            test = os.environ.get("PYTEST_CURRENT_TEST", "a thread of the session (").rsplit(" (", 1)[0]
+            self.by_command.setdefault(command, set()).add(test)
+
+
+COMMANDS_RUN = CommandsRun()
+
+
 def documented(command: str) -> str:
     """``command``, after checking that a page shows it (a test passes its commands through this,
-    and test_docs.py finds them by it)."""
+    and :data:`COMMANDS_RUN` records that it ran)."""
     assert command in shell_commands(), f"no page shows {command!r} any more: run what the docs show"
+    COMMANDS_RUN.record(command)
     return command
 
 

@@ -87,6 +87,34 @@ def test_bad_conversations_are_refused_before_any_model_loads(tmp_path, monkeypa
             model=CHAT_MODEL, task=task, apply_chat_template=True)
 
 
+PROMPT_COMPLETION_TURNS = {"prompt": [{"role": "user", "content": "Q?"}], "completion": [{"role": "assistant", "content": " A"}]}
+
+
+@pytest.mark.parametrize("row, settings, refused", [
+    ({"messages": TWO_TURNS}, dict(completion_only_loss=False),
+     "completion_only_loss: false is for prompt/completion rows, and the data has none: what its rows learn is each "
+     "assistant turn of a messages row (assistant_only_loss: true or false says otherwise); leave it unset"),
+    pytest.param(PROMPT_COMPLETION_TURNS, dict(assistant_only_loss=False),
+     "assistant_only_loss: false is for messages rows (it learns their every token), and the data has none: what its "
+     "rows learn is a prompt/completion row's completion (completion_only_loss: false says every token); leave it unset",
+     marks=pytest.mark.full),
+    pytest.param({"prompt": "Q?", "answers": ["A"]}, dict(apply_chat_template=False, completion_only_loss=True),
+     "completion_only_loss: true is for prompt/completion rows, and the data has none: what its rows learn is a "
+     "prompt's answer (a prompt/answers row, not chat data); leave it unset", marks=pytest.mark.full),
+])
+def test_a_loss_setting_the_rows_do_not_take_is_refused_before_any_model_loads(tmp_path, monkeypatch, row, settings,
+                                                                                 refused):
+    """Such a setting got a cache key of its own and trained the same weights bit for bit."""
+    from catwalk_steps.models import rank_classification  # (imported first: it binds load_pretrained by name)
+
+    monkeypatch.setattr(rank_classification, "load_pretrained", lambda *a, **k: pytest.fail("a model was loaded"))
+    task = GenerationTask(data_files={"train": str(write_jsonl(tmp_path / "rows.jsonl", [row] * 8))}, until=[])
+    step = finetune(task, validation_split=None, **settings)
+    with pytest.raises(ConfigurationError) as error:
+        step.result(LocalWorkspace(tmp_path / "ws"))
+    assert str(error.value) == refused
+
+
 @pytest.mark.parametrize("row, problem", [
     ({"messages": TWO_TURNS, "prompt": "Q?", "completion": "A"}, "field 'messages' is given beside prompt/completion"),
     ({"message": TWO_TURNS}, "field 'message' is not a field catwalk reads: a conversation goes in 'messages'"),
@@ -238,7 +266,8 @@ def test_a_chat_fine_tune_is_evaluated_under_its_template_unless_asked_otherwise
     assert same.kwargs["apply_chat_template"] == "default"
     answers = GenerationTask(data_files={"validation": str(TINY / "generation" / "validation.jsonl")})
     for other in (False, "mistral"):
-        with pytest.raises(ConfigurationError, match="fine-tuned under the chat template True: its prompts would"):
+        with pytest.raises(ConfigurationError,
+                           match="fine-tuned under its tokenizer's own chat template: its prompts would"):
             PredictStep(model=model, task=answers, apply_chat_template=other)
     allowed = PredictStep(model=model, task=answers, apply_chat_template=False, allow_other_template=True)
     assert allowed.unique_id == PredictStep(model=model, task=answers, apply_chat_template=False,

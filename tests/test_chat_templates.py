@@ -2,8 +2,9 @@
 ``--apply_chat_template`` / ``--system_instruction`` / ``--fewshot_as_multiturn``: the same prompts
 for lm_eval tasks (multiple choice with a 1-shot PIQA, 2-shot generation), the same numbers on a
 tiny Llama whose tokenizer is Mistral's with Zephyr's template (and Mistral Instruct's, which
-writes its own BOS and refuses a system turn), native tasks built the same way, and settings that
-cannot be met refused when the step graph is built."""
+writes its own BOS and refuses a system turn), native tasks built the same way (native ``lambada``
+as lm-eval's ``lambada_openai``), and settings that cannot be met refused when the step graph is
+built."""
 
 import json
 from pathlib import Path
@@ -15,7 +16,7 @@ from tango.workspaces import LocalWorkspace
 from catwalk_steps import CalculateMetricsStep, PredictStep
 from catwalk_steps.models.chat_templates import chat_renderer
 from catwalk_steps.models.loading import ModelSpec
-from catwalk_steps.tasks import GenerationTask, LmEvalTask, PiqaTask
+from catwalk_steps.tasks import GenerationTask, LambadaTask, LmEvalTask, PiqaTask
 from catwalk_steps.tasks.chat import ChatFormat
 from catwalk_steps.tasks.lm_eval_bridge import task_manager
 
@@ -28,6 +29,7 @@ SYSTEM = "You are a careful assistant."
 #: (template, system instruction, multi-turn): Zephyr's with a system turn, folded demonstrations,
 #: and Mistral Instruct's (no system turn: lm-evaluation-harness drops it and retries).
 SETTINGS = [(True, SYSTEM, True), (True, None, False), ("mistral", SYSTEM, True)]
+LAMBADA = LambadaTask(data_files={"test": str(TINY / "perplexity" / "lambada_test.jsonl")})
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +93,8 @@ def test_prompts_are_lm_evaluation_harness_s(chat_llama, mistral_default_llama, 
     # given: the reference for a named template is the same model with that template as its default.
     lm = harness(mistral_default_llama if isinstance(template, str) else chat_llama)
     theirs = harness_requests(lm, include_path, name, shots, template, system, multiturn)
-    tokenizer = ModelSpec.parse(chat_llama).load_tokenizer()
-    chat = ChatFormat(chat_renderer(tokenizer, template), system, multiturn)
+    conventions = ModelSpec.parse(chat_llama).conventions()
+    chat = ChatFormat(chat_renderer(conventions.tokenizer, template), system, multiturn)
     task = LmEvalTask(task=name, include_path=include_path, include_defaults=False, num_shots=shots)
     instances = task.instances("test" if name == "local_lambada_chat" else "validation", limit=4, chat=chat)
     if task.REQUEST_TYPE == "multiple_choice":
@@ -100,6 +102,15 @@ def test_prompts_are_lm_evaluation_harness_s(chat_llama, mistral_default_llama, 
         assert all(continuation[0] != " " for _, continuation in theirs)  # no target delimiter under a template
     elif task.REQUEST_TYPE == "loglikelihood":
         assert [(i.context, i.target) for i in instances] == theirs
+        # Our own lambada is lm-eval's lambada_openai here too: the passage the user's turn, the
+        # last word (its space kept) after the generation prompt; with Mistral's BOS-adding
+        # tokenizer one BOS begins each context, whether the template writes none or its own.
+        native = LAMBADA.instances("test", limit=4, chat=chat)
+        assert [(i.context, i.target) for i in native] == theirs
+        bos = conventions.tokenizer.bos_token_id
+        for instance in native:
+            context = conventions.pair(instance.context, instance.target).context
+            assert context[0] == bos and context[1] != bos
     else:
         assert [i.prompt for i in instances] == [prompt for prompt, _ in theirs]
     first = theirs[0][0]
@@ -162,6 +173,16 @@ def test_native_tasks_prompt_as_lm_evaluation_harness_under_a_template(chat_llam
     chat = ChatFormat(chat_renderer(ModelSpec.parse(chat_llama).load_tokenizer(), True), SYSTEM, True)
     piqa = PiqaTask(data_files={"validation": str(TINY / "validation.jsonl")})
     assert [pair for i in piqa.instances("validation", limit=4, chat=chat) for pair in i.pairs()] == theirs
+
+
+def test_native_lambada_scores_as_lm_evaluation_harness_under_a_template(chat_llama, harness_chat_runs, tmp_path):
+    step = PredictStep(model=chat_llama, task=LAMBADA, split="test", limit=8, device="cpu", apply_chat_template=True,
+                       system_instruction=SYSTEM, step_name="p")
+    ours = step.result(LocalWorkspace(tmp_path))
+    results, samples = harness_chat_runs["local_lambada_chat"]
+    assert [r["loglik"] for r in ours] == pytest.approx([s["resps"][0][0][0] for s in samples], abs=1e-4)
+    assert [r["is_greedy"] for r in ours] == [s["resps"][0][0][1] for s in samples]
+    assert CalculateMetricsStep(predictions=ours).run(predictions=ours)["acc"] == results["acc,none"]
 
 
 def test_native_demonstrations_are_turns_or_one_folded_turn(tmp_path):

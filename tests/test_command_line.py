@@ -10,13 +10,15 @@ import sys
 
 import pytest
 from tango.common import Params
+from tango.common.exceptions import ConfigurationError
 from tango.step_graph import StepGraph
 
-from catwalk_steps import evaluate, train
+from catwalk_steps import FinetuneStep, PredictStep, evaluate, train
 from catwalk_steps.command_line import CONFIGS, evaluate_jsonnet, resolve_tasks
+from catwalk_steps.reports.tables import MetricsTable
 
 from .conftest import REPO
-from .documented import documented, documented_argv
+from .documented import code_blocks, documented, documented_argv
 
 TINY = REPO / "data" / "tiny"
 LOCAL = {
@@ -99,7 +101,7 @@ def test_a_config_anywhere_finds_the_helpers_through_the_run_command(tmp_path, m
     config = tmp_path / "mine.jsonnet"
     config.write_text('local lib = import "lib.libsonnet";\n{ steps: lib.suite("core", { m: "rc::m" }) }\n')
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(RuntimeError, match="can't resolve lib.libsonnet"):
+    with pytest.raises(ConfigurationError, match="imports lib.libsonnet, .* run it with python -m catwalk_steps.run"):
         Params.from_file(config)  # what plain `tango run` does
     from tango.common import params
 
@@ -176,10 +178,110 @@ def test_special_tokens_and_chat_flags_reach_the_steps(tmp_path):
 ])
 def test_the_documented_commands_build_their_steps(command):
     """docs/command-line.md's examples name hub models (no network here): their step graphs are
-    built as the commands build them, and hold what the flags say."""
+    built as the commands build them, and hold what the flags say; the train line's steps are
+    those of the config the page calls its equivalent."""
     argv = documented_argv(command)
-    graph = graph_of({"catwalk_steps.train": train, "catwalk_steps.evaluate": evaluate}[argv[2]], argv[3:])
+    module = {"catwalk_steps.train": train, "catwalk_steps.evaluate": evaluate}[argv[2]]
+    graph = graph_of(module, argv[3:])
     if argv[2] == "catwalk_steps.train":
         assert graph["finetune"].kwargs["device_count"] == 2 and graph["finetune"].kwargs["batch_size"] == 16
+        (equivalent,) = [block for _, block in code_blocks("jsonnet", [REPO / "docs" / "command-line.md"])]
+        assert json.loads(evaluate_jsonnet(module.build(module.parser().parse_args(argv[3:])))) == \
+            json.loads(evaluate_jsonnet(equivalent))
     else:
         assert {step.kwargs["model"] for step in graph.values() if step.kwargs.get("model")} >= {"rc::gpt2", "rc::gpt2-medium"}
+
+
+def flags_of(parser) -> set:
+    return {word.split("=")[0].strip(",[") for word in parser.format_help().split() if word.startswith("--")}
+
+
+def test_every_setting_of_the_steps_is_a_flag_with_its_documentation():
+    """The flags are the steps' settings, read from their signatures: a new setting is a flag
+    without a hand-written one, with its documentation as help."""
+    from catwalk_steps.step_flags import setting_docs, settings
+    from catwalk_steps.training.settings import FinetuneSettings
+
+    finetune, predict = settings(FinetuneStep.run), settings(PredictStep.run)
+    assert {"packing", "val_metric", "completion_only_loss", "assistant_only_loss", "optimizer"} <= set(finetune)
+    assert {f"--{name}" for name in [*finetune, *predict]} <= flags_of(train.parser())
+    assert {f"--{name}" for name in predict} <= flags_of(evaluate.parser())
+    documented = {**setting_docs(FinetuneStep.run, FinetuneSettings), **setting_docs(PredictStep.run)}
+    undocumented = [name for name in [*finetune, *predict] if not documented.get(name)]
+    assert not undocumented, f"settings without documentation (FinetuneSettings, predict's :param:): {undocumented}"
+    assert "pack the training rows into sequences of the model's window" in " ".join(train.parser().format_help().split())
+
+
+PIQA = {"piqa": {"type": "piqa", "data_files": {"train": "data/tiny/train.jsonl", "validation": "data/tiny/validation.jsonl"}}}
+# A setting of each type, as flags and as the config writes them.
+FINETUNE_SETTINGS = [
+    (["--gradient_checkpointing", "--shared_context", "false"], {"gradient_checkpointing": True, "shared_context": False}),
+    (["--batch_size", "8", "--patience", "2"], {"batch_size": 8, "patience": 2}),
+    (["--learning_rate", "1e-3", "--warmup_fraction", "0"], {"learning_rate": 1e-3, "warmup_fraction": 0}),
+    (["--val_metric", "loss", "--precision", "bf16-mixed"], {"val_metric": "loss", "precision": "bf16-mixed"}),
+    (["--config_overrides", '{"resid_pdrop": 0.0}', "--adapter", '{"type": "lora"}'],
+     {"config_overrides": {"resid_pdrop": 0.0}, "adapter": {"type": "lora"}}),
+    (["--optimizer", '{"type": "torch::SGD", "lr": 0.1}', "--max_grad_norm", "null", "--validation_split", "null"],
+     {"optimizer": {"type": "torch::SGD", "lr": 0.1}, "max_grad_norm": None, "validation_split": None}),
+    (["--callbacks", "test::recording", "--wandb_project", "p", "--wandb_tags", "a", "b"],
+     {"callbacks": [{"type": "test::recording"}], "wandb_project": "p", "wandb_tags": ["a", "b"]}),
+]
+PREDICT_SETTINGS = [
+    (["--unconditioned", "--limit", "8", "--dtype", "bfloat16"], {"unconditioned": True, "limit": 8, "dtype": "bfloat16"}),
+    (["--max_batch_tokens", "auto", "--max_batch_size", "4"], {"max_batch_tokens": "auto", "max_batch_size": 4}),
+]
+# A setting both steps take goes to both: trained as scored.
+SHARED_SETTINGS = (["--add_bos_token", "true", "--device", "cpu"], {"add_bos_token": True, "device": "cpu"})
+
+
+@pytest.mark.parametrize("flags, finetune, predict", [
+    *[(flags, settings, {}) for flags, settings in FINETUNE_SETTINGS],
+    *[(flags, {}, settings) for flags, settings in PREDICT_SETTINGS],
+    (SHARED_SETTINGS[0], SHARED_SETTINGS[1], SHARED_SETTINGS[1]),
+])
+def test_a_command_and_a_config_with_the_same_settings_have_the_same_steps_and_keys(flags, finetune, predict,
+                                                                                     monkeypatch):
+    """Every setting reaches the command line, read as the config writes it (a bool, an int, a
+    float, a string, a dict, a registrable by name, a list, null), into the same cache keys."""
+    from tests.test_training_config import Recording  # noqa: F401  (registers test::recording)
+
+    monkeypatch.chdir(REPO)
+    argv = ["--model", "rc::data/tiny/model", "--task", "piqa", "--data_files", *[
+        f"{split}={path}" for split, path in PIQA["piqa"]["data_files"].items()], *flags]
+    command = json.loads(evaluate_jsonnet(train.build(train.parser().parse_args(argv))))["steps"]
+    config = json.loads(evaluate_jsonnet(
+        f'local lib = import "lib.libsonnet";\n{{ steps: lib.finetune_and_evaluate_tasks("rc::data/tiny/model", '
+        f'{json.dumps(PIQA)}, {json.dumps(finetune)}, predict={json.dumps(predict)}) }}'))["steps"]
+    assert command == config
+    assert all(command["finetune"][name] == value for name, value in finetune.items())
+    assert all(command["predict_zero_shot_piqa"][name] == value for name, value in predict.items())
+    keys = [{name: step.unique_id for name, step in StepGraph.from_params(steps).items()} for steps in (command, config)]
+    assert keys[0] == keys[1]
+
+
+@pytest.mark.parametrize("flags, error", [
+    (["--batch_size", "eight"], "argument --batch_size: 'eight' is not an integer"),
+    (["--packing", "maybe"], "argument --packing: 'maybe' is not true/false"),
+    (["--config_overrides", "dropout"], "argument --config_overrides: 'dropout' is not a JSON object or null"),
+])
+def test_a_value_of_the_wrong_type_is_refused_in_one_line(flags, error, capsys):
+    with pytest.raises(SystemExit):
+        train.parser().parse_args(["--model", "rc::m", "--task", "piqa", *flags])
+    assert capsys.readouterr().err.splitlines()[-1].endswith(error)
+
+
+def test_rows_are_named_by_the_models_as_typed(monkeypatch):
+    """A local model's row shows the path the user typed (relative where it was relative), not
+    a step name made of it."""
+    monkeypatch.chdir(REPO)
+    models = ["--model", "rc::data/tiny/model", "--model", "rc::data/tiny/model-small", "--baseline", "rc::data/tiny/model"]
+    graph = graph_of(evaluate, [*models, "--task", "piqa", "--data_files", *LOCAL["piqa"], "--output_dir", "out"])
+    rows = set(graph["table"].kwargs["metrics"])
+    assert rows == {"piqa/rc::data/tiny/model", "piqa/rc::data/tiny/model-small"}
+    table = MetricsTable.from_results({row: {"acc": 0.5} for row in sorted(rows)}, ["task", "model"])
+    assert [(row["task"], row["model"]) for row in table.rows] == [("piqa", "rc::data/tiny/model"),
+                                                                   ("piqa", "rc::data/tiny/model-small")]
+    assert graph["table"].kwargs["baseline"] == "rc::data/tiny/model"
+    diff = graph["diff_piqa_rc::data_tiny_model-small_vs_rc::data_tiny_model"]
+    assert (diff.kwargs["baseline_name"], diff.kwargs["candidate_name"]) == \
+        ("piqa/rc::data/tiny/model", "piqa/rc::data/tiny/model-small")

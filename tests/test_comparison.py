@@ -347,8 +347,8 @@ def test_evaluate_command_names_models_and_refuses_an_unknown_baseline(monkeypat
          "validation=data/tiny/validation.jsonl", "--baseline", "rc::data/tiny/model"]
     )
     graph = StepGraph.from_params(json.loads(evaluate_jsonnet(evaluate.build(args)))["steps"])
-    assert graph["table"].kwargs["baseline"] == "rc::data_tiny_model"
-    assert set(graph["table"].kwargs["predictions"]) == {"piqa/rc::data_tiny_model", "piqa/rc::data_tiny_model-small"}
+    assert graph["table"].kwargs["baseline"] == "rc::data/tiny/model"
+    assert set(graph["table"].kwargs["predictions"]) == {"piqa/rc::data/tiny/model", "piqa/rc::data/tiny/model-small"}
     with pytest.raises(SystemExit):
         evaluate.main(["--model", "rc::a", "--task", "piqa", "--baseline", "rc::b"])
     assert "--baseline 'rc::b' is not one of the --model values" in capsys.readouterr().err

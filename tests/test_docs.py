@@ -2,7 +2,6 @@
 every command the pages show is run by a test (as written there, through ``documented``), every
 config fragment they show names real settings, and the README names every Tango fix."""
 
-import ast
 import inspect
 import json
 import re
@@ -17,7 +16,11 @@ from tango.step_graph import StepGraph
 from catwalk_steps.tasks import Task
 
 from .conftest import REPO
-from .documented import PAGES, code_blocks, command_of, documented_argv, missing_rows, shell_commands, table_rows
+from .documented import (
+    COMMANDS_RUN, PAGES, README_TRAIN, CollectedTest, CommandsRun, code_blocks, documented_argv, missing_rows,
+    shell_commands, table_rows,
+)
+from .documented_coverage import ci_commands, commands_of_functions, judge
 
 README_LINES = 250
 # Measurement scripts (minutes each, on the reference's side too): their figures are what they
@@ -30,30 +33,52 @@ def test_the_readme_is_short():
     assert len((REPO / "README.md").read_text().splitlines()) <= README_LINES
 
 
-def commands_the_tests_run() -> set:
-    """The commands tests pass to ``documented``, ``documented_argv`` or ``documented_run`` (read
-    from their source: a literal, or a module constant of the tests), and the lines of ``.ci/run``,
-    which runs the README's install and test commands."""
-    run = set()
-    modules = [ast.parse(source.read_text()) for source in (REPO / "tests").glob("*.py")]
-    constants = {target.id: node.value.value for module in modules for node in module.body
-                 if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-                 for target in node.targets if isinstance(target, ast.Name)}
-    for module in modules:
-        for node in ast.walk(module):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("documented", "documented_argv", "documented_run"):
-                argument = node.args[0]
-                if isinstance(argument, ast.Constant) or getattr(argument, "id", None) in constants:
-                    run.add(constants[argument.id] if isinstance(argument, ast.Name) else argument.value)
-    run.update(command_of(line) for line in (REPO / ".ci" / "run").read_text().splitlines())
-    return run
+@pytest.mark.last  # it checks what the session's other tests ran
+def test_every_command_the_pages_show_is_run_by_a_test_of_this_session():
+    """Each command a page shows is run by a test this session ran (or by .ci/run), or its
+    tests were all skipped here, which the session's summary says, with why. Where this session
+    did not collect the tests of some command (a file or a marker chosen), the check says which
+    and skips: it passes only when it judged every command."""
+    shown = [command for command, page in shell_commands().items() if page != MEASUREMENTS]
+    verdict = judge(shown, COMMANDS_RUN, commands_of_functions(), ci_commands())
+    COMMANDS_RUN.summary = verdict.summary()
+    assert not verdict.missing, f"commands the docs show that no test of this session ran: {verdict.missing}"
+    if verdict.not_collected:
+        pytest.skip(f"this session did not collect the tests of {len(verdict.not_collected)} shown commands: "
+                    f"{sorted(verdict.not_collected)}")
+    assert verdict.run, "no test of this session ran a documented command: the record is broken"
 
 
-def test_every_command_the_pages_show_is_run_by_a_test():
-    shown = {command: page for command, page in shell_commands().items() if page != MEASUREMENTS}
-    run = commands_the_tests_run()
-    not_run = {command: page.name for command, page in shown.items() if command not in run}
-    assert not not_run, f"commands the docs show that no test runs: {not_run}"
+def verdict_of(ran=(), skipped=(), ci=(), functions=None):
+    """The verdict on one shown command, "cmd", run by ``test_a`` (its fixture ``fx`` runs it,
+    through a helper) when ``functions`` says nothing else."""
+    collected = [CollectedTest("tests/test_m.py::test_a", "test_m", "test_a", ("fx",)),
+                 CollectedTest("tests/test_m.py::test_b", "test_m", "test_b", ())]
+    run = CommandsRun(by_command={"cmd": set(ran)} if ran else {}, collected=collected, skipped=dict(skipped))
+    return judge(["cmd"], run, functions or {("conftest", "fx"): {"cmd"}}, set(ci))
+
+
+def test_a_command_counts_as_run_only_when_a_test_ran_it():
+    assert verdict_of(ran=["tests/test_m.py::test_a"]).run == {"cmd": {"tests/test_m.py::test_a"}}
+    assert verdict_of(ci=["cmd"]).by_ci == ["cmd"]
+    # Named by a test that ran, but not run: not counted, whatever its source says.
+    assert verdict_of().missing == {"cmd": "its tests ran (tests/test_m.py::test_a) but none ran it"}
+    # Named by no test at all.
+    assert verdict_of(functions={("test_m", "test_b"): {"other"}}).missing == {"cmd": "no test runs it"}
+    # Its only test skipped in this run: said, with why, and not counted as run.
+    skipped = verdict_of(skipped={"tests/test_m.py::test_a": "no Slurm cluster here: not root"})
+    assert not skipped.run and not skipped.missing
+    assert skipped.summary()[1] == "skipped here: cmd (1 test(s), e.g. tests/test_m.py::test_a: no Slurm cluster here: not root)"
+    # Its test not collected in this session: not judged.
+    assert verdict_of(functions={("test_x", "test_c"): {"cmd"}}).not_collected == {"cmd": ["test_x::test_c"]}
+
+
+def test_the_tests_commands_are_found_through_their_fixtures_and_helpers():
+    functions = commands_of_functions()
+    assert "tango run configs/sweep_tiny.jsonnet -w workspace" in functions[("conftest", "sequential_sweep")]
+    assert "python -m build" in functions[("test_install", "installed")]  # installed -> start_install -> install
+    assert README_TRAIN in functions[("test_install", "test_the_readmes_command_line_example_runs_outside_the_checkout")]
+    assert not any(README_TRAIN in run for (module, _), run in functions.items() if module == "test_end_to_end")
 
 
 def test_a_command_no_page_shows_is_refused():

@@ -101,3 +101,25 @@ def test_an_adapter_leaves_as_a_peft_folder_or_merged(tmp_path):
     ids = torch.tensor([[1, 2, 3, 4, 5]])
     with torch.no_grad():
         assert torch.allclose(with_adapter(ids).logits, plain(ids).logits, atol=1e-5)
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"p": {"type": "catwalk::predict", "model": TINY_MODEL, "task": "piqa", "limit": 3},
+      "e": {"type": "catwalk::export_model", "model": {"type": "ref", "ref": "p"}, "output_dir": "out"}},
+     "ExportModelStep: model must be a catwalk::finetune step's result, and 'p' is a PredictStep: refer to a "
+     "fine-tuning step"),
+    ({"ft": {"type": "catwalk::finetune", "model": TINY_MODEL, "tasks": ["piqa"]},
+      "e": {"type": "catwalk::export_model", "model": {"type": "ref", "ref": "ft"}, "output_dir": "out",
+            "merge_adapter": True}},
+     "ExportModelStep: merge_adapter merges an adapter into its base model, and 'ft' trains every weight (it has no "
+     "adapter): leave merge_adapter unset"),
+])
+def test_exporting_what_is_not_a_fine_tune_or_merging_no_adapter_is_refused_at_graph_build(config, message):
+    """Tango 1.3.2 ran the predictions, then failed in ``write_pretrained_folder`` (``'list' object has no
+    attribute 'adapter'``); ``merge_adapter`` on a full fine-tune was ignored."""
+    from tango.common.exceptions import ConfigurationError
+    from tango.step_graph import StepGraph
+
+    with pytest.raises(ConfigurationError) as error:
+        StepGraph.from_params(config)
+    assert str(error.value) == message

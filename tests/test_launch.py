@@ -89,7 +89,7 @@ def test_two_nodes_train_the_model_of_one_node_with_two_workers(tmp_path, launch
 
 
 def test_slurm_submission_asks_for_the_steps_nodes(tmp_path):
-    config = run_config(tmp_path, "nodes", nodes=3, device_count=1, device="cpu")
+    config = run_config(tmp_path, "nodes", nodes=2, device_count=1, device="cpu")
     stand_in = tmp_path / "bin" / "sbatch"  # no Slurm here: a stand-in that shows what it was asked
     stand_in.parent.mkdir()
     stand_in.write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/args"\necho 42\n')
@@ -97,9 +97,9 @@ def test_slurm_submission_asks_for_the_steps_nodes(tmp_path):
     env = {**ENV, "PATH": f"{stand_in.parent}:{Path(sys.executable).parent}:{ENV['PATH']}"}  # this venv's python
     submitted = subprocess.run(["examples/slurm_finetune.sh", str(config), "finetune", str(tmp_path / "ws"),
                                 "--gres=gpu:8"], cwd=REPO, env=env, capture_output=True, text=True, check=True)
-    assert submitted.stdout == "42\n" and "Submitted finetune on 3 node(s) (job 42)" in submitted.stderr
+    assert submitted.stdout == "42\n" and "Submitted finetune on 2 node(s) (job 42)" in submitted.stderr
     args = (stand_in.parent / "args").read_text()
-    assert "--nodes=3 --ntasks-per-node=1 --gres=gpu:8" in args and "examples/finetune_node.sh" in args
+    assert "--nodes=2 --ntasks-per-node=1 --gres=gpu:8" in args and "examples/finetune_node.sh" in args
 
 
 def test_joining_without_node_0_fails_naming_the_timeout(tmp_path, capsys):

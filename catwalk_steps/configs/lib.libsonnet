@@ -20,8 +20,9 @@ local suites = import "suites.libsonnet";
     "predict_" + std.substr(metrics_step, 8, std.length(metrics_step) - 8),
 
   // A cached table of the named metrics steps (`{row name: step name}`), printed at the end of
-  // every run. Row names split on "/" into `key_columns`; with `average_over` (a key column),
-  // each combination of the other columns gets a macro-average row. With `output_dir`, every
+  // every run. Row names split on "/" into `key_columns` (the last keeps any "/" more: a model
+  // path); with `average_over` (a key column), each combination of the other columns gets a
+  // macro-average row. With `output_dir`, every
   // row's predictions and the table are also written there (and, with `chart` set to a metric
   // such as "acc", a PNG of it), by catwalk::export_predictions. `training` ({run name: finetune
   // step name}) adds training.png: each fine-tuned model's training loss and validation accuracy.
@@ -93,6 +94,39 @@ local suites = import "suites.libsonnet";
       average_over="task",
     ),
 
+  // OLMES v0.1's core suite (docs/tasks.md#olmes): every model of `models` (name -> spec or
+  // ref) on each core task's cloze (rc) and lettered (mc) variant, with the unconditioned
+  // requests the cloze variants make, in OLMES's table: per task each variant's primary score,
+  // the better of the two, and their macro average per model. `tasks` (core task name ->
+  // settings, e.g. data_files or limit) is merged into both variants' task configs;
+  // `predict` holds catwalk::predict's other settings.
+  olmes_tasks:: ["arc_challenge", "arc_easy", "boolq", "csqa", "hellaswag", "openbookqa", "piqa", "socialiqa", "winogrande"],
+  olmes(models, tasks={}, predict={})::
+    local runs = [
+      { model: m, task: t, formulation: f, step: std.format("%s_%s_%s", [m, t, f]) }
+      for m in std.objectFields(models)
+      for t in $.olmes_tasks
+      for f in ["rc", "mc"]
+    ];
+    std.foldl(
+      function(steps, r) steps + $.evaluate(
+        r.step,
+        models[r.model],
+        { type: "olmes", name: std.format("%s:%s::olmes", [r.task, r.formulation]) }
+        + (if std.objectHas(tasks, r.task) then tasks[r.task] else {}),
+        { unconditioned: true } + predict,
+      ),
+      runs,
+      {},
+    )
+    + {
+      table: {
+        type: "catwalk::olmes_table",
+        metrics: { [std.format("%s/%s/%s", [r.model, r.task, r.formulation])]: $.ref("metrics_" + r.step) for r in runs },
+      },
+      results: { type: "catwalk::print_metrics", table: $.ref("table"), title: "OLMES v0.1" },
+    },
+
   // Fine-tune `model` on `task`, and score it before and after. `finetune` holds
   // catwalk::finetune's other settings, `predict` catwalk::predict's; `output_dir` as in `report`.
   // `baseline` (a run of the table: "<name>/zero-shot") compares the other run with it in the
@@ -136,21 +170,23 @@ local suites = import "suites.libsonnet";
       diffs={ [t + "_fine-tuned_vs_zero-shot"]: [t + "/zero-shot", t + "/fine-tuned"] for t in diffs },
     ),
 
-  // What `python -m catwalk_steps.evaluate` builds: every model of `models` ({name: spec}) on
-  // every task of `tasks`, in one table; with `baseline` (a model's name) compared with it, and
-  // with `output_dir` too, each task of `diffs` (multiple-choice task names) gets the instances
-  // that changed in output_dir/diffs/<task>_<model>_vs_<baseline>.
+  // What `python -m catwalk_steps.evaluate` builds: every model of `models` (specs) on every task
+  // of `tasks`, in one table whose rows are named by the specs as written (the step names have "_"
+  // for "/"); with `baseline` (one of the specs) compared with it, and with `output_dir` too, each
+  // task of `diffs` (multiple-choice task names) gets the instances that changed in
+  // output_dir/diffs/<task>_<model>_vs_<baseline>.
   evaluate_tasks(models, tasks, predict={}, splits={}, output_dir=null, baseline=null, diffs=[])::
-    local runs = [{ model: m, task: t, step: m + "_" + t } for m in std.objectFields(models) for t in std.objectFields(tasks)];
+    local step_name(spec) = std.strReplace(spec, "/", "_");
+    local runs = [{ model: m, task: t, step: step_name(m) + "_" + t } for m in models for t in std.objectFields(tasks)];
     std.foldl(function(acc, r) acc + $.evaluate(
-      r.step, models[r.model], tasks[r.task],
+      r.step, r.model, tasks[r.task],
       { split: if std.objectHas(splits, r.task) then splits[r.task] else "validation" } + predict,
     ), runs, {})
     + $.report({ [r.task + "/" + r.model]: "metrics_" + r.step for r in runs }, ["task", "model"],
                output_dir=output_dir, baseline=baseline,
                diffs=if baseline == null then {} else {
-                 [t + "_" + m + "_vs_" + baseline]: [t + "/" + baseline, t + "/" + m]
-                 for t in diffs for m in std.objectFields(models) if m != baseline
+                 [t + "_" + step_name(m) + "_vs_" + step_name(baseline)]: [t + "/" + baseline, t + "/" + m]
+                 for t in diffs for m in models if m != baseline
                }),
 
   // The cross product of `models` x `train_tasks` x `seeds` x `learning_rates` (models and

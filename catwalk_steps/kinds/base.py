@@ -62,11 +62,13 @@ class RequestKind:
     record_field: ClassVar[str]
     #: Whether its records have a per-instance 0/1 metric whose changes a diff lists.
     diffable: ClassVar[bool] = True
-    #: Whether its tasks' prompts can be conversations, under a chat template (their instances
-    #: then have ``in_conversation``: :mod:`..tasks.chat`).
+    #: Whether its tasks' prompts can be conversations, under a chat template (their tasks'
+    #: ``instances(split, limit, chat)`` then write them: :mod:`..tasks.chat`).
     conversational: ClassVar[bool] = False
     #: How ``catwalk::finetune`` trains on its tasks; ``None``: it does not.
     training: ClassVar[Optional[TrainingObjective]] = None
+    #: Whether its records can carry their requests as text (:meth:`logged_requests`).
+    logs_requests: ClassVar[bool] = False
 
     def requests(self, instances: Sequence[Any], setting: RequestSetting) -> Tuple[List[Any], List[int]]:
         """The requests of ``instances``, in order, and the instance of each (by position)."""
@@ -124,6 +126,21 @@ class RequestKind:
     def readable(self, records: List[Record]) -> Iterator[Record]:
         """The records as ``catwalk::export_predictions`` writes them."""
         yield from records
+
+    def logged_requests(self, instance: Any, setting: RequestSetting) -> Record:
+        """What ``log_requests`` adds to an instance's record: its requests as text (kinds that
+        say :attr:`logs_requests`)."""
+        raise NotImplementedError
+
+
+def task_fields(task: Any, kind: RequestKind) -> Record:
+    """What every record of ``task`` says beside its kind's own fields: its request ``kind``, the
+    shots its prompt holds (``num_shots``) and, for a task that names one (OLMES's), its
+    ``primary_metric``, which the kind's metrics read."""
+    said = {"kind": kind.name, "num_shots": getattr(task, "num_shots", 0)}
+    if getattr(task, "primary_metric", None) is not None:
+        said["primary_metric"] = task.primary_metric
+    return said
 
 
 def with_group(record: Record, instance: Any) -> Record:

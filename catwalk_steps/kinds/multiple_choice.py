@@ -17,6 +17,7 @@ from ..models.conventions import TokenConventions
 from ..models.scoring import Query, score_queries
 from ..reports.accuracy import RANKINGS, accuracies, choice_scores, correctness, rankings
 from ..reports.calibration import brier_scores, calibration
+from ..reports.olmes import olmes_metrics
 from ..tasks import MCInstance
 from .base import Record, RequestKind, RequestSetting, register, with_group
 from .objective import Example, TrainingObjective
@@ -153,9 +154,10 @@ class MultipleChoice(RequestKind):
     conversational = True
     training = MultipleChoiceObjective()
 
+    logs_requests = True
+
     def requests(self, instances: Sequence[MCInstance], setting: RequestSetting) -> Tuple[List[Query], List[int]]:
-        unconditioned = setting.task.unconditioned_context if setting.unconditioned else None
-        return choice_queries(setting.conventions, instances, unconditioned)
+        return choice_queries(setting.conventions, instances, unconditioned_context(setting))
 
     def work(self, requests: Sequence[Query]) -> Any:
         return query_work(requests)
@@ -167,7 +169,8 @@ class MultipleChoice(RequestKind):
         return choice_records(instances, requests, results)
 
     def metrics(self, records: List[Record]) -> Dict[str, Any]:
-        return {**accuracies(records), **calibration(records)}
+        measured = accuracies(records)
+        return {**measured, **calibration(records), **olmes_metrics(records, measured)}
 
     def values(self, records: Sequence[Mapping[str, Any]]) -> Dict[str, np.ndarray]:
         records = list(records)
@@ -204,6 +207,20 @@ class MultipleChoice(RequestKind):
         for n, record in enumerate(records):
             picks = {name: chosen[name][n] for name in names}
             yield {**record, "chosen": picks, "correct": {name: pick == record["label"] for name, pick in picks.items()}}
+
+    def logged_requests(self, instance: MCInstance, setting: RequestSetting) -> Record:
+        """Each choice's ``[context, continuation]``, in choice order, as scored (and after the
+        unconditioned context alone, where scored)."""
+        logged: Record = {"requests": [list(pair) for pair in instance.pairs()]}
+        alone = unconditioned_context(setting)
+        if alone is not None:
+            logged["unconditioned_requests"] = [[alone, c] for c in instance.continuations]
+        return logged
+
+
+def unconditioned_context(setting: RequestSetting) -> Optional[str]:
+    """What each choice is also scored after alone, if the step asks (``unconditioned``) and the task has it."""
+    return setting.task.unconditioned_context if setting.unconditioned else None
 
 
 def query_work(queries: Sequence[Query]) -> Any:

@@ -36,6 +36,7 @@ class Targets(ScoredWhole):
     description = "Targets"
     record_field = "is_greedy"
     greedy = True
+    conversational = True  # the context, as lm-evaluation-harness's loglikelihood request under a template
 
     def requests(self, instances: Sequence[TargetInstance], setting: RequestSetting) -> Tuple[List[Query], List[int]]:
         causal_only(setting)

@@ -4,6 +4,7 @@
 assistant's turn is already begun (then ``continue_final_message``), and, where the template
 refuses a system turn, the conversation again without it."""
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
@@ -11,6 +12,8 @@ from tango.common.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+    from .loading import ModelSpec
 
 logger = logging.getLogger(__name__)
 
@@ -23,13 +26,21 @@ def template_names(tokenizer: "PreTrainedTokenizerBase") -> List[str]:
     return ["default"] if template else []
 
 
-def check_chat_template(tokenizer: "PreTrainedTokenizerBase", template: Union[bool, str], model: str) -> None:
-    """Raises unless ``tokenizer`` has the template asked for (``True``: its own)."""
+def check_chat_template(tokenizer: "PreTrainedTokenizerBase", template: Union[bool, str], model: str,
+                        conversations: bool = False) -> None:
+    """Raises unless ``tokenizer`` has the template asked for (``True``: its own);
+    ``conversations``: the data is conversations, which no prompt in plain text can hold."""
     names = template_names(tokenizer)
     if not names:
+        given = "give a tokenizer of the same vocabulary that has one (tokenizer: its instruction-tuned version's)"
+        if conversations:
+            raise ConfigurationError(
+                f"The tokenizer of {model} has no chat template, which conversations need to become prompts (a base "
+                f"model's tokenizer usually has none): {given} and set apply_chat_template"
+            )
         raise ConfigurationError(
-            f"apply_chat_template: the tokenizer of {model} has no chat template (a base model's tokenizer "
-            "usually has none): leave apply_chat_template unset, or use an instruction-tuned model's tokenizer"
+            f"apply_chat_template: the tokenizer of {model} has no chat template (a base model's tokenizer usually "
+            f"has none): leave apply_chat_template unset for prompts in plain text, or {given}"
         )
     if isinstance(template, str) and template not in names:
         raise ConfigurationError(
@@ -38,24 +49,37 @@ def check_chat_template(tokenizer: "PreTrainedTokenizerBase", template: Union[bo
         )
 
 
-def check_model_template(kwargs: Dict[str, Any]) -> None:
-    """At graph build, for a step with ``apply_chat_template``: raises unless the tokenizer of its
-    ``model`` (a spec, or a fine-tuning step's base model) has the template, where that tokenizer
-    is on this machine (a hub model not downloaded yet is checked when it is)."""
-    from .loading import ModelSpec
-
+def check_model_template(kwargs: Dict[str, Any], conversations: bool = False) -> None:
+    """At graph build, for a step with ``apply_chat_template``, or data of ``conversations``:
+    raises unless the tokenizer of its ``model`` (a spec, a fine-tuned model, or a fine-tuning
+    step's base model and tokenizer) has the template (any, for conversations without one asked
+    for: the data's own refusal then asks for one), where that tokenizer is on this machine (a hub
+    model not downloaded yet is checked when it is)."""
     template = kwargs.get("apply_chat_template", False)
-    model = kwargs.get("model")
-    if not isinstance(model, str):
-        model = getattr(model, "kwargs", {}).get("model")
-    if template is False or not isinstance(model, str):
+    spec = model_spec_of(kwargs)
+    if (template is False and not conversations) or spec is None:
         return
-    spec = ModelSpec.parse(model, tokenizer=kwargs.get("tokenizer"))
     try:
         tokenizer = spec.load_tokenizer(local_files_only=True)
     except ConfigurationError:
         return
-    check_chat_template(tokenizer, template, spec.pretrained)
+    check_chat_template(tokenizer, True if template is False else template, spec.pretrained, conversations)
+
+
+def model_spec_of(kwargs: Dict[str, Any]) -> Optional["ModelSpec"]:
+    """The model a step's ``model`` names, with its tokenizer: a spec (and the step's ``tokenizer``),
+    a fine-tuned model's, or a fine-tuning step's base model and ``tokenizer``; ``None`` if unknown."""
+    from .loading import ModelSpec
+
+    model = kwargs.get("model")
+    if isinstance(model, str):
+        return ModelSpec.parse(model, tokenizer=kwargs.get("tokenizer"))
+    if getattr(model, "spec", None) is not None:
+        return model.spec
+    settings = getattr(model, "kwargs", {})
+    if isinstance(settings.get("model"), str):
+        return ModelSpec.parse(settings["model"], tokenizer=settings.get("tokenizer"))
+    return None
 
 
 def trained_template(model: Any) -> Union[bool, str, None]:
@@ -74,21 +98,37 @@ def same_template(one: Union[bool, str], other: Union[bool, str]) -> bool:
     return (one is not False and other is not False and template_name(one) == template_name(other)) or one is other
 
 
-def check_evaluated_template(kwargs: Dict[str, Any]) -> None:
+def check_evaluated_template(kwargs: Dict[str, Any], prompted: bool = True, conversations: bool = False) -> None:
     """At graph build, for ``catwalk::predict``: ``apply_chat_template`` unset becomes the model's
     (the template it was fine-tuned under; else none, a stock model's default), and a model
     fine-tuned under a template is not evaluated without it, or under another, unless
-    ``allow_other_template``: its prompts would be text it never saw."""
+    ``allow_other_template``: its prompts would be text it never saw. ``prompted``: the task's
+    requests have prompts (a document scored whole has none, so no template applies to it);
+    ``conversations``: its data is conversations, which need a template whatever the model."""
     trained = trained_template(kwargs.get("model"))
     asked = kwargs.get("apply_chat_template")
     if asked is None:
-        kwargs["apply_chat_template"] = False if trained is None else trained
-    elif trained is not None and not same_template(asked, trained) and not kwargs.get("allow_other_template"):
-        raise ConfigurationError(
-            f"apply_chat_template: {asked!r}, but the model was fine-tuned under the chat template {trained!r}: its "
-            "prompts would be text it never saw. Leave apply_chat_template unset to use its own, or set "
-            "allow_other_template: true to evaluate it so on purpose"
-        )
+        kwargs["apply_chat_template"] = trained if prompted and trained is not None else False
+        return
+    if not prompted or trained is None or same_template(asked, trained):
+        return
+    needed = asked is False and conversations  # (then allow_other_template would not help)
+    if kwargs.get("allow_other_template") and not needed:
+        return
+    ways_out = "Leave apply_chat_template unset to use it"
+    if needed:
+        problem = "and conversations need a template to become prompts"
+    else:
+        problem = "its prompts would be text it never saw"
+        ways_out += ", or set allow_other_template: true to evaluate it so on purpose"
+    raise ConfigurationError(f"apply_chat_template: {json.dumps(asked)}, but the model was fine-tuned under "
+                             f"{template_in_words(trained)}: {problem}. {ways_out}")
+
+
+def template_in_words(template: Union[bool, str]) -> str:
+    """``apply_chat_template``'s value as a message names it."""
+    name = template_name(template)
+    return "its tokenizer's own chat template" if name is None else f"the chat template {name!r}"
 
 
 def template_renderer(
@@ -129,9 +169,12 @@ def chat_renderer(
         try:
             return tokenizer.apply_chat_template(messages, **settings)
         except jinja2.exceptions.TemplateError as error:
-            if strict or not any(m["role"] == "system" for m in messages):
+            system = any(m["role"] == "system" for m in messages)
+            if strict or not system:
+                way_out = ("leave the system turns out of the rows, or train under a template that takes them "
+                           "(apply_chat_template)" if system else "write the rows as the template asks")
                 raise ConfigurationError(f"The chat template of {tokenizer.name_or_path} refuses the conversation "
-                                         f"{_roles(messages)}: {error}") from error
+                                         f"{_roles(messages)}: {error}; {way_out}") from error
             if not warned:
                 warned.append(True)
                 logger.warning("The chat template of %s refuses a system turn (%s): the system turns are left out, "

@@ -14,14 +14,16 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import torch
 from tango.common.exceptions import ConfigurationError
 
+from ..distributed.shards import strided_shards
 from ..kinds import RequestKind, RequestSetting, kind_of_task
+from ..kinds.base import task_fields
 from ..models.chat_templates import template_renderer
 from ..models.finetuned import FinetunedModel
 from ..models.loading import ModelSpec
 from ..storage.hashing import fingerprint
 from ..tasks import Task
 from ..tasks.chat import ChatSettings
-from .workers import PredictionJob, run_on_workers, strided_shards
+from .workers import PredictionJob, run_on_workers
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +49,7 @@ class PredictionPlan:
     max_batch_size: int
     max_batch_tokens: Union[int, str]  # or "auto"
     journals: Optional[Path]
+    log_requests: bool = False
     #: What generates: transformers (``"hf"``) or vLLM's engine (``"vllm"``, :mod:`.vllm_engine`,
     #: with ``vllm_args`` for it).
     backend: str = "hf"
@@ -61,10 +64,11 @@ def work_of(requests: Any, finetuned: Optional[FinetunedModel]) -> str:
 
 def predictions(plan: PredictionPlan) -> Records:
     """One JSON-safe record per instance of the plan's split (see ``catwalk::predict``), each
-    with its request kind (``kind``) and the shots its prompt holds (``num_shots``)."""
+    with its request kind (``kind``), the shots its prompt holds (``num_shots``) and, for a task
+    that names one (OLMES's), its ``primary_metric``."""
     kind = kind_of_task(plan.task)
-    shots = getattr(plan.task, "num_shots", 0)
-    return [{**record, "kind": kind.name, "num_shots": shots} for record in _records(plan, kind)]
+    said = task_fields(plan.task, kind)
+    return [{**record, **said} for record in _records(plan, kind)]
 
 
 def _records(plan: PredictionPlan, kind: RequestKind) -> Records:
@@ -85,7 +89,11 @@ def _records(plan: PredictionPlan, kind: RequestKind) -> Records:
     with nullcontext(plan.journals) if plan.journals else TemporaryDirectory(prefix="catwalk-predict-") as journals:
         results = _computed(plan, Path(journals), setting.conventions.pad_token_id, len(instances), kind, requests,
                             instance_of)
-    return kind.records(instances, requests, instance_of, results, setting)
+    records = kind.records(instances, requests, instance_of, results, setting)
+    if plan.log_requests:
+        records = [{**record, **kind.logged_requests(instance, setting)}
+                   for record, instance in zip(records, instances)]
+    return records
 
 
 def _computed(

@@ -13,7 +13,7 @@ device count that wrote it.
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import torch
 from tango.common import Tqdm
@@ -50,11 +50,6 @@ class PredictionJob:
 
     def journal(self, rank: int) -> Journal:
         return Journal(self.work_dir / f"{kind_named(self.kind).journal}-{rank}.jsonl", self.work)
-
-
-def strided_shards(instance_of: Sequence[int], workers: int) -> List[List[int]]:
-    """Request indices per worker: every request of instance *i* goes to worker *i* mod ``workers``."""
-    return [[q for q, instance in enumerate(instance_of) if instance % workers == rank] for rank in range(workers)]
 
 
 def recorded_results(job: PredictionJob) -> Dict[int, Any]:

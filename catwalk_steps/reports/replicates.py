@@ -9,7 +9,7 @@ import numpy as np
 from tango.common.exceptions import ConfigurationError
 
 from .averages import STDERR_SUFFIX
-from .tables import SEED_SPREAD, MetricsTable
+from .tables import SEED_SPREAD, MetricsTable, row_keys
 
 #: The replicate column's value in a row of means over replicates.
 MEAN_OVER_SEEDS = "mean"
@@ -26,8 +26,7 @@ def check_replicates(names: Iterable[str], key_columns: List[str], replicates: s
         raise ConfigurationError(f"replicates={replicates!r} is not one of the key columns {key_columns}")
     counts: Dict[Tuple[Any, ...], int] = {}
     for name in names:
-        parts = name.split("/") if len(key_columns) > 1 else [name]
-        setting = setting_of(dict(zip(key_columns, parts)), key_columns, replicates)
+        setting = setting_of(row_keys(name, key_columns), key_columns, replicates)
         counts[setting] = counts.get(setting, 0) + 1
     if not any(count > 1 for count in counts.values()):
         raise ConfigurationError(

@@ -16,7 +16,7 @@ from tango.common.exceptions import ConfigurationError
 from .comparison import RESAMPLES, holm
 from .pairing import PerInstance, compare_predictions
 from .replicates import MEAN_OVER_SEEDS
-from .tables import MetricsTable, delta_column, p_column
+from .tables import MetricsTable, delta_column, p_column, row_keys
 
 TASK_COLUMN = "task"
 
@@ -38,7 +38,7 @@ def check_baseline(names: Iterable[str], key_columns: List[str], baseline: str, 
     """``baseline`` names rows of the table (result names split into ``key_columns``)."""
     labels = []
     for name in names:
-        keys = dict(zip(key_columns, name.split("/") if len(key_columns) > 1 else [name]))
+        keys = row_keys(name, key_columns)
         labels.append(baseline_label(keys, key_columns, replicates))
     if baseline not in labels:
         left_out = [c for c in key_columns if c in (TASK_COLUMN, replicates)]

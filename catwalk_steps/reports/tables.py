@@ -31,6 +31,15 @@ def p_column(metric: str, corrected: bool = True) -> str:
     return f"p_{metric}" if corrected else f"p_{metric}_uncorrected"
 
 
+def row_keys(name: str, key_columns: List[str]) -> Dict[str, str]:
+    """A result's name (``"piqa/gpt2/seed1"``) split on ``/`` into ``key_columns``, the last
+    keeping any ``/`` more (a model's path: ``"piqa/rc::data/tiny/model"``)."""
+    parts = name.split("/", len(key_columns) - 1)
+    if len(parts) != len(key_columns):
+        raise ConfigurationError(f"Result name {name!r} does not split into {'/'.join(key_columns)}")
+    return dict(zip(key_columns, parts))
+
+
 DETAIL_PREFIXES = ("delta_", "p_", "wins_", "losses_", "seed_sd_of_delta_")
 
 
@@ -44,7 +53,8 @@ class MetricsTable:
     def from_results(
         cls, results: Dict[str, Dict[str, Any]], key_columns: List[str], average_over: Optional[str] = None
     ) -> "MetricsTable":
-        """One row per result; its name (``"piqa/gpt2/seed1"``) is split on ``/`` into ``key_columns``.
+        """One row per result; its name (``"piqa/gpt2/seed1"``) is split on ``/`` into ``key_columns``
+        (:func:`row_keys`).
 
         With ``average_over`` (a key column, e.g. ``"task"``), the rows that agree on every other
         key column (one model, one setting) are followed by their macro average, a row whose
@@ -61,10 +71,7 @@ class MetricsTable:
             metric_columns = [name for name in metric_columns if name != SHOTS]
         groups: Dict[tuple, List[Dict[str, Any]]] = {}
         for name, result in results.items():
-            parts = name.split("/") if len(key_columns) > 1 else [name]
-            if len(parts) != len(key_columns):
-                raise ConfigurationError(f"Result name {name!r} does not split into {'/'.join(key_columns)}")
-            keys = dict(zip(key_columns, parts))
+            keys = row_keys(name, key_columns)
             row = {**keys, **{k: v for k, v in result.items() if k in metric_columns}}
             groups.setdefault(tuple(v for k, v in keys.items() if k != average_over), []).append(row)
         rows = []

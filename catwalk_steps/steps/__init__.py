@@ -7,6 +7,7 @@ from .export_diff import ExportDiffStep
 from .export_model import ExportModelStep
 from .finetune import FinetuneStep
 from .metrics import CalculateMetricsStep, PrintMetricsStep, TabulateMetricsStep
+from .olmes import OlmesTableStep
 from .predict import PredictStep
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "ExportModelStep",
     "ExportPredictionsStep",
     "FinetuneStep",
+    "OlmesTableStep",
     "PredictStep",
     "PrintMetricsStep",
     "TabulateMetricsStep",

@@ -4,10 +4,12 @@ from pathlib import Path
 from typing import Any, Dict
 
 from tango import Step
+from tango.common.exceptions import ConfigurationError
 
 from ..models.finetuned import FinetunedModel
 from ..models.pretrained_folder import write_pretrained_folder
 from .export import check_output_dir
+from .finetune import FinetuneStep
 
 
 @Step.register("catwalk::export_model")
@@ -29,6 +31,7 @@ class ExportModelStep(Step):
     def massage_kwargs(cls, kwargs: Dict[str, Any]) -> Dict[str, Any]:
         """Settings are checked when the step graph is built, before any step of a run starts."""
         check_output_dir(kwargs.get("output_dir", ""))
+        check_exported_step(kwargs.get("model"), kwargs.get("merge_adapter", False))
         return kwargs
 
     def run(self, model: FinetunedModel, output_dir: str, merge_adapter: bool = False) -> str:  # type: ignore[override]
@@ -42,3 +45,22 @@ class ExportModelStep(Step):
         folder = write_pretrained_folder(model, Path(output_dir), merge_adapter)
         self.logger.info("Wrote %s", folder)
         return str(folder)
+
+
+def check_exported_step(model: Any, merge_adapter: bool) -> None:
+    """Refuses, when the step graph is built (before the step it names runs), a ``model`` that
+    is another step's result than a fine-tune's, and ``merge_adapter`` on a fine-tune of every
+    weight, which has no adapter to merge."""
+    if not isinstance(model, Step):
+        return  # a result handed over in Python
+    if not isinstance(model, FinetuneStep):
+        raise ConfigurationError(
+            f"ExportModelStep: model must be a catwalk::finetune step's result, and '{model.name}' is a "
+            f"{type(model).__name__}: "
+            "refer to a fine-tuning step"
+        )
+    if merge_adapter and model.kwargs.get("adapter") is None:
+        raise ConfigurationError(
+            f"ExportModelStep: merge_adapter merges an adapter into its base model, and '{model.name}' trains every "
+            "weight (it has no adapter): leave merge_adapter unset"
+        )

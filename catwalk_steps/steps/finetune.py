@@ -23,6 +23,7 @@ from ..tasks import Task
 from ..tango_fixes.class_paths import keep_class_path
 from ..tracking.settings import TRACKING_ARGUMENTS
 from ..training.checkpoints import CHECKPOINTS
+from ..training.eval_tasks import EvalTask
 from ..training.fine_tuning import fine_tune, join_fine_tuning
 from ..training.result import RESULT
 from ..training.settings import FinetuneSettings, check_settings
@@ -68,6 +69,7 @@ class FinetuneStep(Step):
         "optimizer": None, "lr_scheduler": None, "patience": None, "decay_biases_and_norms": False,
         "val_metric": None, "add_bos_token": None, "apply_chat_template": False, "completion_only_loss": None,
         "assistant_only_loss": None, "packing": False,
+        "eval_tasks": None,
     }
     METADATA = {"artifact_kind": "model"}
 
@@ -119,6 +121,7 @@ class FinetuneStep(Step):
         train_limit: Optional[int] = None,
         validation_limit: Optional[int] = None,
         validate_every: Optional[int] = None,
+        eval_tasks: Optional[List[Union[EvalTask, Task]]] = None,
         device_count: int = 1,
         nodes: int = 1,
         max_restarts: int = 0,

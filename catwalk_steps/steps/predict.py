@@ -12,7 +12,7 @@ from tango.common.exceptions import ConfigurationError
 from tango.step import StepResources
 
 from ..distributed.devices import check_device_setting, gpu_count, worker_devices
-from ..kinds import conversational_kinds
+from ..kinds import conversational_kinds, kind_of_task
 from ..models.batch_budget import check_batch_tokens
 from ..models.chat_templates import check_evaluated_template, check_model_template
 from ..models.finetuned import FinetunedModel
@@ -23,7 +23,7 @@ from ..storage.atomic import AtomicJsonFormat
 from ..tango_fixes.class_paths import keep_class_path
 from ..tasks import Task
 from ..tasks.chat import ChatSettings, check_chat_settings
-from ..tasks.base import check_limit, check_prompts, check_split
+from ..tasks.base import check_limit, check_prompts, check_split, holds_conversations
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -63,7 +63,7 @@ class PredictStep(Step):
     SKIP_ID_ARGUMENTS = {"device", "device_count", "max_batch_size", "max_batch_tokens", "allow_other_template"}
     SKIP_DEFAULT_ARGUMENTS = {
         "add_bos_token": None, "apply_chat_template": False, "system_instruction": None, "fewshot_as_multiturn": None,
-        "backend": "hf", "vllm_args": None,
+        "log_requests": False, "backend": "hf", "vllm_args": None,
     }
 
     @classmethod
@@ -79,11 +79,16 @@ class PredictStep(Step):
             raise ConfigurationError(f"dtype must be one of {', '.join(DTYPES)}, got {kwargs['dtype']!r}")
         if isinstance(kwargs.get("model"), str):
             ModelSpec.parse(kwargs["model"])
-        check_evaluated_template(kwargs)
-        check_prompts(kwargs.get("task"), kwargs.get("split", "validation"), kwargs["apply_chat_template"] is not False)
-        check_chat_settings(kwargs, [kwargs.get("task")], conversational_kinds())
-        check_model_template(kwargs)
-        check_backend(kwargs.get("backend", "hf"), kwargs.get("task"), kwargs.get("vllm_args"))
+        task, split = kwargs.get("task"), kwargs.get("split", "validation")
+        kind = getattr(task, "REQUEST_TYPE", None)
+        conversations = holds_conversations(task, split)
+        check_evaluated_template(kwargs, prompted=kind is None or kind in conversational_kinds(),
+                                 conversations=conversations)
+        check_chat_settings(kwargs, [task], conversational_kinds())
+        check_model_template(kwargs, conversations)  # a tokenizer without a template named before the data asks for one
+        check_prompts(task, split, kwargs["apply_chat_template"] is not False)
+        check_logged_requests(kwargs)
+        check_backend(kwargs.get("backend", "hf"), task, kwargs.get("vllm_args"))
         return with_model_names(kwargs)
 
     @property
@@ -112,12 +117,14 @@ class PredictStep(Step):
         device_count: int = 1,
         dtype: str = "float32",
         unconditioned: bool = False,
+        log_requests: bool = False,
         max_batch_size: int = 32,
         max_batch_tokens: Union[int, str] = 16384,
         backend: str = "hf",
         vllm_args: Optional[Dict[str, Any]] = None,
     ) -> List[Dict[str, Any]]:
         """
+        :param split: the split of ``task`` to score.
         :param limit: score only the first ``limit`` instances.
         :param tokenizer: for a model spec, the tokenizer if not the model's own.
         :param add_bos_token: special tokens when encoding (:mod:`..models.conventions`): unset, the
@@ -126,11 +133,13 @@ class PredictStep(Step):
             setting it was trained with.
         :param apply_chat_template: prompts as conversations in the tokenizer's chat template
             (``true``) or the one of its templates so named, as lm-evaluation-harness's
-            ``--apply_chat_template`` builds them (:mod:`..tasks.chat`): for multiple-choice and
-            generative tasks, native and ``lm_eval`` alike. Unset: the template a fine-tuned model
-            was trained under, else none.
+            ``--apply_chat_template`` builds them (:mod:`..tasks.chat`): for multiple-choice,
+            generative and loglikelihood (LAMBADA) tasks, native and ``lm_eval`` alike; not for
+            perplexity's documents, which have no prompt. Unset: the template a fine-tuned model
+            was trained under (for tasks with prompts), else none.
         :param allow_other_template: evaluate a model fine-tuned under a chat template without it,
-            or under another (refused otherwise: its prompts would be text it never saw).
+            or under another (refused otherwise: its prompts would be text it never saw). Not for
+            conversations, which need a template whatever the model.
         :param system_instruction: with a template, the system turn (before the task's description).
         :param fewshot_as_multiturn: with a template, each demonstration a user and an assistant turn
             (unset: ``true``, as lm-evaluation-harness 0.4.10+), else all folded into one user turn.
@@ -143,6 +152,9 @@ class PredictStep(Step):
         :param unconditioned: also score every choice after the task's ``unconditioned_context``
             (e.g. ``"Answer:"``; tasks without one ignore this), for ``acc_uncond``. Off by
             default: it doubles the work, and lm-evaluation-harness reports it for few tasks.
+        :param log_requests: each multiple-choice record also holds its ``requests``, each choice's
+            ``[context, continuation]`` in choice order (and ``unconditioned_requests``, where
+            scored), as lm-evaluation-harness's ``--log_samples`` keeps its arguments.
         :param max_batch_size: most queries (context, continuation pairs), or prompts being
             generated from, in one forward pass.
         :param max_batch_tokens: most padded tokens one forward pass holds, key/value cache
@@ -171,5 +183,14 @@ class PredictStep(Step):
             unconditioned=unconditioned, chat=ChatSettings.of(apply_chat_template, system_instruction, fewshot_as_multiturn),
             max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
             journals=self.work_dir_for_run,  # None when run() is called directly
+            log_requests=log_requests,
             backend=backend, vllm_args=vllm_args,
         ))
+
+
+def check_logged_requests(kwargs: Dict[str, Any]) -> None:
+    """Refuses ``log_requests`` for a task whose requests are not text pairs, at graph build."""
+    task = kwargs.get("task")
+    if kwargs.get("log_requests") and isinstance(task, Task) and not kind_of_task(task).logs_requests:
+        raise ConfigurationError(f"log_requests: {type(task).__name__}'s {kind_of_task(task).name} requests are not "
+                                 "logged (multiple-choice ones are): leave it out")

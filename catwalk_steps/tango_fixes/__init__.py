@@ -15,6 +15,7 @@ from . import (  # noqa: F401  (each patches Tango on import)
     one_line_errors,
     package_walk,
     registered_runs,
+    setting_names,
     setting_types,
     wait_for_running_step,
     work_dir_cleanup,

@@ -6,6 +6,7 @@ from .hellaswag import HellaSwagTask
 from .lambada import LambadaTask
 from .lm_eval_bridge import LmEvalTask
 from .mmlu import MmluTask
+from .olmes import OlmesTask
 from .perplexity import DocumentTask, PerplexityTask, WikiTextTask
 from .piqa import PiqaTask
 from .qa import SquadTask, TriviaQATask
@@ -36,6 +37,7 @@ __all__ = [
     "MCInstance",
     "MmluTask",
     "MultipleChoiceTask",
+    "OlmesTask",
     "OpenBookQATask",
     "PerplexityTask",
     "PiqaTask",

@@ -50,6 +50,12 @@ def check_prompts(task: Any, split: Optional[str], chat: bool) -> None:
         task.check_prompts(split, chat)
 
 
+def holds_conversations(task: Any, split: Optional[str]) -> bool:
+    """Whether ``split``'s rows, as far as the graph build can see, are conversations, which only
+    a chat template turns into prompts (:meth:`Task.holds_conversations`)."""
+    return isinstance(task, Task) and split is not None and split in task.splits and task.holds_conversations(split)
+
+
 class Task(Registrable, CustomDetHash):
     """A task read from the HF hub or from local files, as instances of one request type.
 
@@ -101,6 +107,11 @@ class Task(Registrable, CustomDetHash):
     def check_prompts(self, split: str, chat: bool) -> None:
         """Raises where ``split``'s rows, as far as the graph build can see, cannot be prompted
         with a chat template (``chat``) or without one. Any row can, unless a task says otherwise."""
+
+    def holds_conversations(self, split: str) -> bool:
+        """Whether ``split``'s rows are conversations, as far as the graph build can see: none
+        are, unless a task says otherwise."""
+        return False
 
     def data_source(self) -> Any:
         """What the data is, for the cache key: local files by content, hub data by name."""

@@ -8,7 +8,8 @@ conversation is rendered to text by the model's chat template (:class:`ChatForma
 generation prompt that opens the assistant's turn.
 
 Under a template a multiple-choice answer follows the assistant's turn directly: its target
-delimiter is dropped (lm-evaluation-harness's rule, for tasks without a ``gen_prefix``).
+delimiter is dropped (lm-evaluation-harness's rule, for tasks without a ``gen_prefix``). A
+``loglikelihood`` target (LAMBADA's last word) follows it as it is, its leading space included.
 """
 
 import logging
@@ -17,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from tango.common.exceptions import ConfigurationError
 
-from .instance import GenerationInstance, MCInstance
+from .instance import GenerationInstance, MCInstance, TargetInstance
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +60,8 @@ def check_chat_settings(kwargs: Dict[str, Any], tasks: Sequence[Any], conversati
     a template without one, a task whose requests have no prompt, ``unconditioned`` scoring.
 
     ``conversational``: the request types whose prompts can be conversations (the request kinds
-    say: a perplexity document has no prompt). A ``loglikelihood`` task's context is one
-    (lm-evaluation-harness builds it so for every output type) where the task writes it
-    (``prompt_as_conversation``: the lm_eval bridge's tasks)."""
+    say: a perplexity document has no prompt, and lm-evaluation-harness scores it without a
+    template under ``--apply_chat_template`` too)."""
     template = kwargs.get("apply_chat_template", False)
     if not isinstance(template, (bool, str)) or template == "":
         raise ConfigurationError(f"apply_chat_template must be true, false or a template's name, got {template!r}")
@@ -76,10 +76,11 @@ def check_chat_settings(kwargs: Dict[str, Any], tasks: Sequence[Any], conversati
         return
     for task in tasks:
         kind = getattr(task, "REQUEST_TYPE", None)
-        if kind is not None and kind not in conversational and not getattr(task, "prompt_as_conversation", False):
+        if kind is not None and kind not in conversational:
             raise ConfigurationError(
                 f"apply_chat_template: {type(task).__name__} makes {kind} requests, which have no prompt to put "
-                f"in a conversation (chat templates apply to {', '.join(conversational)})"
+                f"in a conversation (templates apply to {', '.join(conversational)}; lm-evaluation-harness scores "
+                "the others without one): leave apply_chat_template unset or false"
             )
     if kwargs.get("unconditioned"):
         raise ConfigurationError("unconditioned scoring (acc_uncond) has no chat form: leave it off with apply_chat_template")
@@ -125,6 +126,12 @@ class ChatFormat:
             instance, context=contexts[instance.label], continuations=[c[cut:] for c in instance.continuations],
             choice_contexts=contexts if instance.choice_contexts else None, target_delimiter="", description="",
         )
+
+    def target(self, instance: TargetInstance) -> TargetInstance:
+        """A zero-shot ``loglikelihood`` instance as a conversation: its context the user turn,
+        the target after the generation prompt as it is (lm-evaluation-harness's request keeps
+        ``doc_to_target`` whole: it has no target delimiter to drop)."""
+        return replace(instance, context=self.prompt("", [], instance.context))
 
     def generation(self, instance: GenerationInstance, demonstrations: Sequence[GenerationInstance]) -> GenerationInstance:
         """A zero-shot generative ``instance`` with its ``demonstrations``, as a conversation: its

@@ -198,24 +198,27 @@ class GenerationTask(GenerativeTask):
         return instances
 
     def check_prompts(self, split: str, chat: bool) -> None:
-        """Conversations need a chat template and carry their own turns (no demonstrations): read
-        from the split's first row, where it is a local JSONL file."""
-        path = self.data_files.get(split)
-        if path is None or path.suffix != ".jsonl":
-            return
-        with open(path, encoding="utf-8") as lines:
-            first = next((line for line in lines if line.strip()), "")
-        try:
-            row = json.loads(first)
-        except ValueError:
-            return  # a bad row is reported, naming its line, when the split is read
-        if not isinstance(row, dict) or not (row.get("messages") is not None or isinstance(row.get("prompt"), list)):
+        """Conversations need a chat template and carry their own turns (no demonstrations)."""
+        if not self.holds_conversations(split):
             return
         if not chat:
             raise self.needs_a_template(split)
         if self.num_shots:
             raise ConfigurationError(f"{type(self).__name__}: split {split!r} holds conversations, which carry their "
                                      f"own turns: num_shots must be 0, not {self.num_shots}")
+
+    def holds_conversations(self, split: str) -> bool:
+        """Read from the split's first row, where it is a local JSONL file."""
+        path = self.data_files.get(split)
+        if path is None or path.suffix != ".jsonl":
+            return False
+        with open(path, encoding="utf-8") as lines:
+            first = next((line for line in lines if line.strip()), "")
+        try:
+            row = json.loads(first)
+        except ValueError:
+            return False  # a bad row is reported, naming its line, when the split is read
+        return isinstance(row, dict) and (row.get("messages") is not None or isinstance(row.get("prompt"), list))
 
     def needs_a_template(self, split: str) -> ConfigurationError:
         return ConfigurationError(

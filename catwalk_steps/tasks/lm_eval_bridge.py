@@ -189,12 +189,6 @@ class LmEvalTask(MultipleChoiceTask):
         if num_shots is None:  # the task's own, as lm-evaluation-harness's command line runs it
             self.num_shots = task_shots(task, self.config)
 
-    @property
-    def prompt_as_conversation(self) -> bool:
-        """Whether a chat template can write this task's prompts: every output type but
-        ``loglikelihood_rolling`` (a document, no prompt), as lm-evaluation-harness builds them."""
-        return self.REQUEST_TYPE != "loglikelihood_rolling"
-
     @functools.cached_property
     def harness_task(self) -> Any:
         """This task's own lm-evaluation-harness task object, its documents loaded on first use.

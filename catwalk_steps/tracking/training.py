@@ -11,8 +11,8 @@
   pair's, as tokenized), ``train/peak_memory_gib`` (rank 0's: CUDA's peak allocation, or the
   process's peak resident memory on CPU);
 - ``log_checkpoint(progress)`` after each checkpoint: the validation's ``val/acc``,
-  ``val/loss`` (every number of the validation record), and in the summary the best
-  validation's numbers and its step.
+  ``val/loss`` (every number of the validation record), each eval task's ``eval/TASK/METRIC``
+  (``eval_tasks``), and in the summary the best validation's numbers and its step.
 
 The step axis is the count of optimizer steps done, as in ``history``. Other ranks, and runs
 without trackers, report nothing. A tracker's failure never fails training
@@ -32,6 +32,10 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from .settings import Tracking
+
+#: Where a validation record holds the eval tasks' numbers, by task then metric (the loop's
+#: ``eval_tasks``: :mod:`catwalk_steps.training.eval_tasks`).
+EVAL = "eval"
 
 GIB = 2 ** 30
 logger = logging.getLogger(__name__)
@@ -120,11 +124,18 @@ class TrainingTracker:
             return
         validation = progress.validations[-1] if progress.validations else None
         if validation is not None and validation["step"] == progress.step:
-            self._log({f"val/{name.removeprefix('val_')}": value for name, value in validation.items()
-                       if name not in ("step", "epoch")}, progress.step)
+            self._log({**{f"val/{name.removeprefix('val_')}": value for name, value in validation.items()
+                           if name not in ("step", "epoch", EVAL)}, **_eval_scalars(validation, "eval/")},
+                      progress.step)
             best = progress.best
-            summary = {f"best/{name.removeprefix('val_')}": value for name, value in best.items()}
+            summary = {**{f"best/{name.removeprefix('val_')}": value for name, value in best.items() if name != EVAL},
+                       **_eval_scalars(best, "best/eval/")}
             for tracker in self.trackers:
                 tracker.summarize(summary)
         self.last_step, self.since = progress.step, time.perf_counter()
 
+
+def _eval_scalars(validation: Dict[str, Any], prefix: str) -> Dict[str, float]:
+    """Each eval task's numbers of a validation record, as ``<prefix>TASK/METRIC``."""
+    return {f"{prefix}{task}/{metric}": value
+            for task, metrics in validation.get(EVAL, {}).items() for metric, value in metrics.items()}

@@ -24,7 +24,7 @@ too: the first learnt token is at position 1 or later.
 import logging
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from tango.common.exceptions import ConfigurationError
 
@@ -52,6 +52,44 @@ class LearntTokens:
 
     completion_only_loss: Optional[bool] = None
     assistant_only_loss: Optional[bool] = None
+
+
+def check_learnt_tokens_apply(learnt: LearntTokens, instances: Iterable["GenerationInstance"], encoder_decoder: bool) -> None:
+    """Refuses, before any model loads, a setting of ``learnt`` that no row of the data takes (it
+    would get a cache key of its own and train the same weights bit for bit): ``completion_only_loss``
+    is for prompt/completion rows, ``assistant_only_loss: false`` for ``messages`` rows,
+    ``assistant_only_loss: true`` for conversations."""
+    rows = list(instances)
+
+    def any_row(takes: Callable[["GenerationInstance"], bool]) -> bool:
+        return any(takes(row) for row in rows)
+
+    def refuse(setting: str, rows_it_is_for: str) -> ConfigurationError:
+        return ConfigurationError(f"{setting} is for {rows_it_is_for}, and the data has none: what its rows learn "
+                                  f"is {learnt_by_default(rows, encoder_decoder)}; leave it unset")
+
+    if learnt.completion_only_loss is not None and not any_row(lambda row: prompt_completion(row, encoder_decoder)):
+        raise refuse(f"completion_only_loss: {str(learnt.completion_only_loss).lower()}", "prompt/completion rows")
+    if learnt.assistant_only_loss is False and not any_row(lambda row: row.messages is not None and row.prompt_turns is None):
+        raise refuse("assistant_only_loss: false", "messages rows (it learns their every token)")
+    if learnt.assistant_only_loss and not any_row(lambda row: row.messages is not None):
+        raise refuse("assistant_only_loss: true", "conversations (it learns what the template marks in them)")
+
+
+def prompt_completion(row: "GenerationInstance", encoder_decoder: bool) -> bool:
+    """A prompt/completion row as :func:`row_tokens` learns it (``completion_only_loss``)."""
+    return row.prompt_turns is not None or (row.messages is None and row.completion_row and not encoder_decoder)
+
+
+def learnt_by_default(rows: List["GenerationInstance"], encoder_decoder: bool) -> str:
+    """What the first row learns, in words, for a message about a setting it does not take."""
+    if not rows:
+        return "nothing (no rows)"
+    if rows[0].messages is not None and rows[0].prompt_turns is None:
+        return "each assistant turn of a messages row (assistant_only_loss: true or false says otherwise)"
+    if prompt_completion(rows[0], encoder_decoder):
+        return "a prompt/completion row's completion (completion_only_loss: false says every token)"
+    return "a prompt's answer (a prompt/answers row, not chat data)"
 
 
 def check_generation_markers(tokenizer: Any, template: Union[bool, str], model: str) -> None:

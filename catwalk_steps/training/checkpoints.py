@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 from ..storage.atomic import fresh_temp_dir, publish_dir, publish_text, temp_beside
 from ..storage.space import reporting_full_disk
+from .eval_tasks import higher_is_better, measured
 
 # One worker saves and loads with no process group (``no_dist``), which DCP warns about each time.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
@@ -56,11 +57,13 @@ class Progress:
 
 def ranking(validation: Dict[str, Any], selected: str) -> Tuple[float, ...]:
     """How good a validation is by its number ``selected``, larger being better: ``val_loss``
-    negated (lower is better); an accuracy (``val_acc``, ``val_exact_match``) as it is, then,
+    negated (lower is better); an accuracy (``val_acc``, ``val_exact_match``) or an eval task's
+    number (``eval/TASK/METRIC``) as it is, or negated where lowest is best (a perplexity), then,
     of equal ones, the lower loss."""
     if selected == "val_loss":
         return (-validation["val_loss"],)
-    return (validation[selected], -validation["val_loss"])
+    number = measured(validation, selected)  # an eval task's perplexity is best lowest
+    return (number if higher_is_better(selected) else -number, -validation["val_loss"])
 
 
 def state_bytes(state: Any) -> int:

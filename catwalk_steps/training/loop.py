@@ -42,11 +42,13 @@ from ..tracking.training import TrainingTracker
 from .batches import BatchPlan
 from .callbacks import Callbacks, EngineView, build_callbacks, should_stop
 from .checkpoints import CHECKPOINTS, CheckpointStore, Progress
+from .downstream import DownstreamTask, downstream_scores
+from .eval_tasks import EVAL, measured
 from .gradients import clip_gradients
 from .optimizers import build_optimizer, build_schedule
 from .result import write_result
 from .seeds import derive_seed
-from .strategies import gradient_sync, placed_model
+from .strategies import gradient_sync, placed_model, whole_on_every_worker
 from .throughput import Throughput, peak_flops
 from .trained_kind import objective
 
@@ -96,6 +98,8 @@ class TrainingJob:
     #: metric in each one's scores (a generated metric only).
     tasks: Optional[List[Any]] = None
     task_metrics: Optional[List[str]] = None
+    #: ``eval_tasks``' requests, scored at every validation (:mod:`.downstream`).
+    eval_tasks: Optional[List[DownstreamTask]] = None
 
     @property
     def objective(self) -> TrainingObjective:
@@ -118,8 +122,8 @@ class TrainingJob:
 
     @cached_property
     def conventions(self):
-        """The tokenizer's conventions, loaded once per worker (by validation's generations, the
-        only user)."""
+        """The tokenizer's conventions, loaded once per worker (by validation's generations and
+        the eval tasks)."""
         return self.spec.conventions()
 
     @property
@@ -149,8 +153,9 @@ def validate(
 ) -> Dict[str, float]:
     """The kind's validation numbers over the whole validation split (worker ``rank`` scores every
     ``world_size``-th instance; the sums, not per-worker means, are combined: see
-    :meth:`.TrainingObjective.validation_sums`). In full precision whatever the training
-    precision, as PredictStep scores by default: the two agree."""
+    :meth:`.TrainingObjective.validation_sums`), and the eval tasks' under :data:`.eval_tasks.EVAL`
+    (:mod:`.downstream`). In full precision whatever the training precision, as PredictStep
+    scores by default: the two agree."""
     assert job.validation is not None
     model.eval()
     training = job.objective
@@ -174,6 +179,10 @@ def validate(
             training.generated_score(model.scoring_lm, job.conventions, job.tasks, job.task_metrics, shard,
                                      job.max_length, job.plan.micro_batch_size), dtype=torch.float64, device=device)
     scores = training.validation_scores(_sums_over_workers(sums), job.selected, len(job.validation))
+    if job.eval_tasks:
+        with whole_on_every_worker(model):  # (FSDP: each worker scores a share of its own)
+            scores[EVAL] = downstream_scores(model.scoring_lm, job.eval_tasks, job.spec, job.conventions, rank,
+                                             world_size)
     model.train()
     return scores
 
@@ -273,8 +282,9 @@ def _train(rank: int, world_size: int, device: torch.device, job: TrainingJob, t
                 record = {"step": progress.step, "epoch": epoch, **scores}
                 progress.validations.append(record)
                 best, selected = progress.best, job.selected
-                callbacks.post_val_loop(step, epoch, record[selected], best[selected])
-                shown.update({selected: f"{record[selected]:.4f}", f"best_{selected}": f"{best[selected]:.4f}"})
+                number, best_number = measured(record, selected), measured(best, selected)
+                callbacks.post_val_loop(step, epoch, number, best_number)
+                shown.update({selected: f"{number:.4f}", f"best_{selected}": f"{best_number:.4f}"})
                 bar.set_postfix(shown)
                 if should_stop(progress.validations, job.patience, selected) and progress.step < job.train_steps:
                     stopped_at = progress.step

@@ -11,15 +11,17 @@ from typing import Any, List, Optional, Sequence
 from tango.common.exceptions import ConfigurationError
 from tango.workspace import Workspace
 
+from ..models.answer_rows import AnswerRow, answer_row
 from ..models.chat_templates import template_renderer
 from ..models.loading import context_window
+from ..models.packing import packed
 from ..models.prompt_room import generation_requests
 from ..tasks.chat import ChatFormat
 from ..tracking.settings import Tracking
 from .batches import BatchPlan, micro_batch_size_for
-from ..models.answer_rows import AnswerRow, answer_row
-from ..models.packing import packed
-from .chat_rows import LearntTokens, check_generation_markers, row_tokens
+from .chat_rows import LearntTokens, check_generation_markers, check_learnt_tokens_apply, row_tokens
+from .downstream import downstream_tasks
+from .eval_tasks import eval_entries, is_eval_metric
 from .loop import TrainingJob
 from .settings import FinetuneSettings
 from .trained_kind import objective, trained_kind
@@ -57,7 +59,12 @@ def training_job(
     max_length = context_window(config)
     kind = trained_kind(tasks)
     training = objective(kind)
+    # The validation split's number that chooses, if it is not an eval task's (:mod:`.eval_tasks`).
+    own_metric = None if is_eval_metric(s.val_metric) else s.val_metric
     learnt = LearntTokens(s.completion_only_loss, s.assistant_only_loss)
+    if training.learns_sequences:
+        rows = [row for split in (train_instances or [], validation_instances or []) for part in split for row in part]
+        check_learnt_tokens_apply(learnt, rows, conventions.encoder_decoder)
 
     def chat_example(instance: Any, task: int) -> Optional[AnswerRow]:
         """A chat row, cut to the window keeping its start (TRL's ``truncation_mode="keep_start"``)."""
@@ -69,7 +76,8 @@ def training_job(
             return None
         return training.examples(conventions, per_task, max_length, f"Tokenizing {split}", chat_example)
 
-    if training.generates(s.val_metric) and validation_instances:  # the generations' budget, checked before training
+    eval_tasks = downstream_tasks(eval_entries(s.eval_tasks), spec, config) if s.eval_tasks else None
+    if training.generates(own_metric) and validation_instances:  # the generations' budget, checked before training
         generation_requests(conventions, [i for part in validation_instances for i in part], max_length)
     train = examples(s.train_split, train_instances)
     if s.packing:
@@ -107,9 +115,10 @@ def training_job(
         decay_biases_and_norms=s.decay_biases_and_norms,
         patience=s.patience,
         kind=kind.name,
-        selected=training.record_key(s.val_metric),
-        tasks=tasks if training.generates(s.val_metric) else None,
-        task_metrics=training.task_metrics(s.val_metric, tasks),
+        selected=s.val_metric if is_eval_metric(s.val_metric) else training.record_key(s.val_metric),
+        tasks=tasks if training.generates(own_metric) else None,
+        task_metrics=training.task_metrics(own_metric, tasks),
+        eval_tasks=eval_tasks,
         workspace=workspace,
         step_id=step_id,
         step_name=step_name,

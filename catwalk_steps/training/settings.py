@@ -18,9 +18,10 @@ from ..models.chat_templates import check_model_template
 from ..models.loading import ModelSpec
 from ..tasks import Task
 from ..tasks.chat import check_chat_settings
-from ..tasks.base import check_limit, check_prompts, check_split
+from ..tasks.base import check_limit, check_prompts, check_split, holds_conversations
 from ..tracking.settings import check_tracking
 from .batches import micro_batch_size_for
+from .eval_tasks import EvalTask, check_eval_tasks
 from .callbacks import check_callbacks
 from .trained_kind import check_val_metric, objective, trained_kind
 from .optimizers import check_schedule, named_lazy
@@ -124,7 +125,9 @@ class FinetuneSettings:
     """What chooses the best validation (and what ``patience`` watches): ``"accuracy"`` (multiple choice's
     default) or ``"loss"`` (the lowest); for generative tasks ``"loss"`` (their default: cross-entropy per
     answer token) or ``"exact_match"`` (greedy generations on the validation split, scored by each task's
-    rule; not under ``fsdp`` on several workers). In the cache key unless the default."""
+    rule; not under ``fsdp`` on several workers); or ``"eval/TASK/METRIC"``, a number of ``eval_tasks``
+    (the highest, or the lowest for perplexities, ``bits_per_byte``, ``ece`` and ``brier``). In the cache key
+    unless the default."""
     seed: int
     """What the batch order, each micro-batch's dropout and any freshly initialised weights (an adapter's)
     are derived from (:mod:`.seeds`): the same on any device count."""
@@ -137,6 +140,17 @@ class FinetuneSettings:
     """Train on the first ``train_limit`` instances of each task's split only."""
     validation_limit: Optional[int]
     """Validate on the first ``validation_limit`` instances of each task's split only."""
+    eval_tasks: Optional[List[Union[EvalTask, Task]]]
+    """Downstream tasks scored at every validation on the in-memory weights, each as
+    ``catwalk::predict`` + ``catwalk::calculate_metrics`` score the result (multiple choice,
+    generation, perplexity, ``lm_eval`` tasks; under the result's chat template, if any), its
+    instances shared out over all the workers: a task (``{type: "piqa"}``), or a task with the predict
+    settings it is scored with, ``{task: {type: "piqa"}, split: "validation", limit: 500, unconditioned:
+    false, name: "piqa"}`` (:class:`.eval_tasks.EvalTask`). Their numbers are in every validation record
+    as ``eval[TASK][METRIC]`` (so ``training_metrics["eval"]`` for the returned weights and in
+    ``history``), logged as ``eval/TASK/METRIC``; ``val_metric: "eval/TASK/METRIC"`` chooses by one.
+    Needs a ``validation_split``. Under ``fsdp`` each worker holds the whole model while it scores (its
+    memory then). In the cache key when set."""
     validate_every: Optional[int]
     """Steps between validations, each followed by a checkpoint; by default, every epoch. The returned
     weights are those of the best validation (by ``val_metric``; of equal accuracies, the lowest loss), or
@@ -260,7 +274,11 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
             raise ConfigurationError("patience needs a validation_split to watch")
     check_callbacks(kwargs.get("callbacks"))
     check_tracking(kwargs)
+    check_eval_tasks(kwargs)
     check_val_metric(kwargs)  # and that the tasks are all of one kind
+    conversations = any(holds_conversations(task, kwargs.get(name, defaults.get(name)))
+                        for task in kwargs.get("tasks") or [] for name in ("train_split", "validation_split"))
+    check_model_template(kwargs, conversations)  # a tokenizer without a template named before the data asks for one
     for task in kwargs.get("tasks") or []:
         for name in ("train_split", "validation_split"):
             check_split(name, task, kwargs.get(name, defaults.get(name)))
@@ -280,7 +298,6 @@ def check_settings(kwargs: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str
     check_chat_settings({"apply_chat_template": kwargs.get("apply_chat_template", False)}, kwargs.get("tasks") or [],
                         conversational_kinds())
     check_learnt_tokens(kwargs)
-    check_model_template(kwargs)
     return kwargs
 
 

@@ -4,13 +4,13 @@ one device). Checkpoints are name-keyed and resharded on load (:mod:`.checkpoint
 be resumed with the other strategy or another device count.
 """
 
-from contextlib import nullcontext
-from typing import ContextManager, Dict, Optional, Tuple
+from contextlib import contextmanager, nullcontext
+from typing import ContextManager, Dict, Iterator, Optional, Tuple
 
 import torch
 from peft import PeftModel, get_peft_model_state_dict
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 from ..models.output_layer import output_layer
@@ -41,6 +41,25 @@ def gradient_sync(trained: torch.nn.Module, enabled: bool) -> ContextManager:
     if hasattr(trained, "set_requires_gradient_sync"):  # an FSDP module
         trained.set_requires_gradient_sync(enabled)
     return nullcontext()
+
+
+@contextmanager
+def whole_on_every_worker(model: torch.nn.Module) -> Iterator[None]:
+    """Under FSDP, every worker holds the whole model while inside (its parameters gathered once,
+    kept through forward passes, resharded on leaving), so that the workers may run forward passes
+    of their own, as many as each needs: the eval tasks' scoring and generation
+    (:mod:`.downstream`). It costs the whole model's memory on each worker meanwhile. Nothing
+    under DDP or on one worker."""
+    units = [module for module in model.modules() if isinstance(module, FSDPModule)]
+    for unit in units:
+        unit.set_reshard_after_forward(False, recurse=False)
+        unit.unshard()
+    try:
+        yield
+    finally:
+        for unit in units:  # fully_shard's default again: the root keeps its parameters after forward
+            unit.reshard()
+            unit.set_reshard_after_forward(unit is not model, recurse=False)
 
 
 def trained_weights(model: RankClassificationModel) -> Dict[str, torch.Tensor]:

@@ -9,6 +9,7 @@ from tango import Step
 from tango.common.exceptions import ConfigurationError
 
 from ..kinds import KINDS, MultipleChoice, RequestKind, TrainingObjective
+from .eval_tasks import is_eval_metric
 
 
 def trained_kind(tasks: Sequence[Any]) -> RequestKind:
@@ -44,7 +45,7 @@ def check_val_metric(kwargs: Dict[str, Any]) -> None:
     tasks = [task for task in kwargs.get("tasks") or [] if not isinstance(task, Step)]
     training = objective(trained_kind(tasks))
     val_metric = training.val_metric(kwargs.get("val_metric"))
-    if val_metric is None or not tasks:
+    if val_metric is None or not tasks or is_eval_metric(val_metric):  # (an eval task's: .eval_tasks checks it)
         return
     training.check_val_metric(val_metric, tasks)
     if kwargs.get("validation_split", "validation") is None:

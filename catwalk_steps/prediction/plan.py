@@ -50,6 +50,10 @@ class PredictionPlan:
     max_batch_tokens: Union[int, str]  # or "auto"
     journals: Optional[Path]
     log_requests: bool = False
+    #: What generates: transformers (``"hf"``) or vLLM's engine (``"vllm"``, :mod:`.vllm_engine`,
+    #: with ``vllm_args`` for it).
+    backend: str = "hf"
+    vllm_args: Optional[Dict[str, Any]] = None
 
 
 def work_of(requests: Any, finetuned: Optional[FinetunedModel]) -> str:
@@ -100,9 +104,14 @@ def _computed(
     ``instance_of[q]``), computed as ``kind`` says and journaled."""
     devices = ", ".join(map(str, plan.devices))
     logger.info("Computing %d %s of %d instances on %s", len(requests), kind.journal, instances, devices)
-    return run_on_workers(PredictionJob(
+    job = PredictionJob(
         spec=plan.spec, finetuned=plan.finetuned, requests=requests,
         shards=strided_shards(instance_of, len(plan.devices)), devices=plan.devices, dtype=plan.dtype,
         pad_token_id=pad_token_id, max_batch_size=plan.max_batch_size, max_batch_tokens=plan.max_batch_tokens,
         work_dir=journals, work=work_of(kind.work(requests), plan.finetuned), kind=kind.name,
-    ))
+    )
+    if plan.backend == "vllm":
+        from .vllm_engine import run_on_engines
+
+        return run_on_engines(job, str(plan.dtype).removeprefix("torch."), plan.vllm_args or {})
+    return run_on_workers(job)

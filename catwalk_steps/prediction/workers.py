@@ -13,7 +13,7 @@ device count that wrote it.
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import torch
 from tango.common import Tqdm
@@ -61,22 +61,28 @@ def recorded_results(job: PredictionJob) -> Dict[int, Any]:
     return results
 
 
-def run_on_workers(job: PredictionJob) -> List[Any]:
+def run_on_workers(job: PredictionJob, start: Optional[Callable[[PredictionJob, Dict[int, Any]], None]] = None
+                   ) -> List[Any]:
     """The result of every request, computed by ``len(job.devices)`` workers. A worker that
     fails fails this call with its traceback; what the workers computed until then stays in
-    their journals for the next run."""
+    their journals for the next run. ``start(job, recorded)`` starts the workers, each journaling
+    what ``recorded`` lacks of its shard (by default :func:`compute_shard`'s, with transformers)."""
     recorded = recorded_results(job)
     if len(recorded) < len(job.requests):  # else a run killed after computing everything: no workers
         for rank, shard in enumerate(job.shards):
             done = sum(q in recorded for q in shard)
             if done:
                 logger.info("Worker %d resumes with %d of its %d requests done", rank, done, len(shard))
-        launch(compute_shard, job.devices, job, recorded)
+        (start or _launch_workers)(job, recorded)
     results = recorded_results(job)
     missing = [q for q in range(len(job.requests)) if q not in results]
     if missing:
         raise RuntimeError(f"The workers left {len(missing)} requests undone, e.g. request {missing[0]}")
     return [results[q] for q in range(len(job.requests))]
+
+
+def _launch_workers(job: PredictionJob, recorded: Dict[int, Any]) -> None:
+    launch(compute_shard, job.devices, job, recorded)
 
 
 def compute_shard(rank: int, world_size: int, device: torch.device, job: PredictionJob, recorded: Dict[int, Any]) -> None:

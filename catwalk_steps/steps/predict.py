@@ -19,6 +19,7 @@ from ..models.chat_templates import check_evaluated_template, check_model_templa
 from ..models.finetuned import FinetunedModel
 from ..models.loading import ModelSpec, with_model_names
 from ..prediction.plan import PredictionPlan, predictions
+from ..prediction.vllm_engine import check_backend
 from ..storage.atomic import AtomicJsonFormat
 from ..tango_fixes.class_paths import keep_class_path
 from ..tasks import Task
@@ -63,7 +64,7 @@ class PredictStep(Step):
     SKIP_ID_ARGUMENTS = {"device", "device_count", "max_batch_size", "max_batch_tokens", "allow_other_template"}
     SKIP_DEFAULT_ARGUMENTS = {
         "add_bos_token": None, "apply_chat_template": False, "system_instruction": None, "fewshot_as_multiturn": None,
-        "log_requests": False, "reference_model": None,
+        "log_requests": False, "reference_model": None, "backend": "hf", "vllm_args": None,
     }
 
     @classmethod
@@ -89,6 +90,7 @@ class PredictStep(Step):
         check_model_template(kwargs, conversations)  # a tokenizer without a template named before the data asks for one
         check_prompts(task, split, kwargs["apply_chat_template"] is not False)
         check_logged_requests(kwargs)
+        check_backend(kwargs.get("backend", "hf"), task, kwargs.get("vllm_args"))
         return with_model_names(kwargs)
 
     @property
@@ -121,6 +123,8 @@ class PredictStep(Step):
         max_batch_size: int = 32,
         max_batch_tokens: Union[int, str] = 16384,
         reference_model: Union[str, FinetunedModel, None] = None,
+        backend: str = "hf",
+        vllm_args: Optional[Dict[str, Any]] = None,
     ) -> List[Dict[str, Any]]:
         """
         :param split: the split of ``task`` to score.
@@ -165,6 +169,14 @@ class PredictStep(Step):
             log-probabilities of each pair's answers each record holds too (``reference_logps``),
             for DPO's implicit-reward metrics against it (:mod:`..kinds.preference`), e.g. the model
             DPO started from; scored with the same tokens and settings.
+        :param backend: what generates a generative task's answers: ``"hf"``, transformers, or
+            ``"vllm"``, vLLM's engine, as lm-evaluation-harness's ``--model vllm`` runs it
+            (:mod:`..prediction.vllm_engine`; generation only, vLLM installed apart:
+            docs/install.md). Part of the cache key: two engines may break a near-tie differently.
+        :param vllm_args: with ``backend: "vllm"``, settings for vLLM's engine (``vllm.LLM``'s
+            arguments: ``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_num_seqs``, ...);
+            on CPU its KV cache is 1 GiB unless ``VLLM_CPU_KVCACHE_SPACE`` says otherwise. Part of
+            the cache key.
         """
         def spec_of(model: Union[str, FinetunedModel]) -> Tuple[ModelSpec, Optional[FinetunedModel]]:
             finetuned = model if isinstance(model, FinetunedModel) else None
@@ -181,6 +193,7 @@ class PredictStep(Step):
             max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens,
             journals=self.work_dir_for_run,  # None when run() is called directly
             log_requests=log_requests,
+            backend=backend, vllm_args=vllm_args,
         )
         records = predictions(plan)
         if reference_model is None:

@@ -102,7 +102,8 @@ print(json.dumps({"steps": sorted(n for n in Step.list_available() if n.startswi
     assert found["loaded"] == []
     assert found["steps"] == ["catwalk::calculate_metrics", "catwalk::compare", "catwalk::export_diff",
                               "catwalk::export_model", "catwalk::export_predictions", "catwalk::finetune", "catwalk::olmes_table",
-                              "catwalk::predict", "catwalk::print_metrics", "catwalk::tabulate_metrics"]
+                              "catwalk::predict", "catwalk::print_metrics", "catwalk::reference_log_probs",
+                              "catwalk::tabulate_metrics"]
     assert found["tasks"] >= 14
 
 

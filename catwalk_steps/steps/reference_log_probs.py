@@ -10,9 +10,7 @@ import torch
 from tango import Step
 
 from ..distributed.devices import worker_devices
-from ..models.preference_loss import with_reference
 from ..storage.atomic import AtomicJsonFormat
-from ..training.preparation import training_job
 from ..training.settings import FinetuneSettings
 
 #: The ``catwalk::finetune`` settings that say which pairs, tokenised how, and which reference.
@@ -38,6 +36,9 @@ class ReferenceLogProbsStep(Step):
     def run(self, settings: Dict[str, Any], defaults: Dict[str, Any]) -> Dict[str, List[List[float]]]:  # type: ignore[override]
         """``settings``: the fine-tune's :data:`REFERENCE_SETTINGS`; ``defaults``: its step's
         defaults of the others (not in the key; one pair a batch, so that any split makes one)."""
+        from ..models.preference_loss import with_reference  # transformers, peft: only when it runs
+        from ..training.preparation import training_job
+
         finetune = FinetuneSettings(**{**defaults, **settings, "batch_size": 1})
         job = training_job(finetune, work_dir=self.work_dir, workspace=self.workspace, step_id=self.unique_id,
                            step_name=self.name, tracking=None)

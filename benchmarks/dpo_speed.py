@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sft_speed import REPO, build_model
+from sft_speed import REPO, build_model, timed_phases
 
 PAIRS = REPO / "data" / "tiny" / "preference" / "train.jsonl"
 EPOCHS, BATCH, LEARNING_RATE = 1, 16, 5e-6
@@ -31,11 +31,11 @@ EPOCHS, BATCH, LEARNING_RATE = 1, 16, 5e-6
 
 def run_ours(model: Path, work: Path) -> dict:
     started = time.perf_counter()
-    from tango.workspaces import LocalWorkspace
+    from tango.workspaces import LocalWorkspace  # noqa: F401 (counted in start-up)
 
     from catwalk_steps import FinetuneStep
     from catwalk_steps.tasks import PreferenceTask
-    from catwalk_steps.training import throughput
+    from catwalk_steps.training import throughput  # noqa: F401
 
     imported = time.perf_counter()
     step = FinetuneStep(
@@ -43,18 +43,7 @@ def run_ours(model: Path, work: Path) -> dict:
         batch_size=BATCH, train_epochs=EPOCHS, learning_rate=LEARNING_RATE, warmup_fraction=0.0,
         validation_split=None, step_name="finetune",
     )
-    first_step = []
-    begin = throughput.Throughput.begin
-
-    def begun(self):  # the loop's clock starts at each timed step: the first is where training begins
-        if not first_step:
-            first_step.append(time.perf_counter())
-        return begin(self)
-
-    throughput.Throughput.begin = begun
-    step.result(LocalWorkspace(work))
-    trained = time.perf_counter()
-    return {"start-up": imported - started, "preparation": first_step[0] - imported, "training": trained - first_step[0]}
+    return timed_phases(step, work, started, imported)
 
 
 def run_trl(model: Path, work: Path) -> dict:

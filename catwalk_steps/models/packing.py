@@ -35,7 +35,7 @@ class Pack:
             learnt += (False,) + ((False,) * len(row.prompt) + row.answer_mask())[1:]
         return ids, learnt
 
-    @property
+    @cached_property
     def _first(self) -> int:
         """Where the answer starts: at the first learnt token (never the first token)."""
         return next((k for k, bit in enumerate(self._tokens[1]) if bit), 1)

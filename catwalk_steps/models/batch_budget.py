@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 AUTO = "auto"
+#: ``catwalk::predict``'s batching defaults, which in-loop evaluation batches by too (the same
+#: batches, so the same numbers to the last bit).
+DEFAULT_MAX_BATCH_SIZE = 32
+DEFAULT_MAX_BATCH_TOKENS = 16384
 #: Share of the free memory left unused. The estimate counts the tensors a forward pass makes
 #: per token, not the allocator's caching and fragmentation, cuBLAS and attention workspaces,
 #: or (on CPU) what other processes take meanwhile; a quarter covers them with room to spare.

@@ -14,7 +14,7 @@ from tango.step import StepResources
 from ..distributed.devices import check_device_setting, gpu_count, worker_devices
 from ..kinds import conversational_kinds, kind_of_task
 from ..kinds.preference import check_reference_model, with_reference_logps
-from ..models.batch_budget import check_batch_tokens
+from ..models.batch_budget import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS, check_batch_tokens
 from ..models.chat_templates import check_evaluated_template, check_model_template
 from ..models.finetuned import FinetunedModel
 from ..models.loading import ModelSpec, with_model_names
@@ -120,8 +120,8 @@ class PredictStep(Step):
         dtype: str = "float32",
         unconditioned: bool = False,
         log_requests: bool = False,
-        max_batch_size: int = 32,
-        max_batch_tokens: Union[int, str] = 16384,
+        max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+        max_batch_tokens: Union[int, str] = DEFAULT_MAX_BATCH_TOKENS,
         reference_model: Union[str, FinetunedModel, None] = None,
         backend: str = "hf",
         vllm_args: Optional[Dict[str, Any]] = None,

@@ -21,16 +21,13 @@ from tango.common import Tqdm
 from ..distributed.shards import strided_shards
 from ..kinds import RequestSetting, kind_named, kind_of_task
 from ..kinds.base import task_fields
+from ..models.batch_budget import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BATCH_TOKENS
 from ..models.chat_templates import template_renderer
 from ..models.loading import ModelSpec, context_window
 from ..tasks.chat import ChatSettings
 from .eval_tasks import EvalTask
 
 logger = logging.getLogger(__name__)
-
-#: ``catwalk::predict``'s batching defaults: the same batches, so the same numbers to the last bit.
-MAX_BATCH_SIZE = 32
-MAX_BATCH_TOKENS = 16384
 
 #: An eval task's numbers, by metric; a validation's, by task.
 Scores = Dict[str, Dict[str, float]]
@@ -81,9 +78,9 @@ def downstream_scores(lm: Any, tasks: Sequence[DownstreamTask], spec: ModelSpec,
         desc = f"Evaluating {task.name}" + (f" (worker 1 of {world_size})" if world_size > 1 else "")
         with Tqdm.tqdm(total=len(shard), desc=desc, disable=rank != 0) as progress:
             kind.compute(
-                lm, spec, [task.requests[q] for q in shard], max_batch_tokens=MAX_BATCH_TOKENS,
+                lm, spec, [task.requests[q] for q in shard], max_batch_tokens=DEFAULT_MAX_BATCH_TOKENS,
                 pad_token_id=conventions.pad_token_id, max_length=context_window(lm.config),
-                max_batch_size=MAX_BATCH_SIZE, progress=progress, known={},
+                max_batch_size=DEFAULT_MAX_BATCH_SIZE, progress=progress, known={},
                 on_batch=lambda done: computed.update((shard[i], value) for i, value in done),
             )
         results = _gathered(computed, world_size)
